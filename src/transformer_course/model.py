@@ -1,0 +1,384 @@
+"""The encoder-decoder Transformer (Vaswani et al., 2017): stacks of layers, embeddings, decoding.
+
+    src tokens -> Embedding * sqrt(d_model) + PE -> N x EncoderLayer            -> memory (B, S, d)
+    tgt tokens -> Embedding * sqrt(d_model) + PE -> N x DecoderLayer(., memory) -> Linear -> logits
+
+The model builds its own masks from `pad_id` (with `masks.py`): the source padding mask for the
+encoder's self-attention and for cross-attention, and causal AND target padding for the decoder's
+self-attention.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from ._validation import check_positive_int, check_same, check_tensor
+from .layers import DecoderLayer, EncoderLayer, ScoreFactory
+from .masks import causal_mask, combine_masks, token_padding_mask
+from .positional import PositionalEncoding
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Number of parameters of `module` (a tied weight counts once)."""
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
+    return sum(p.numel() for p in module.parameters())
+
+
+class Encoder(nn.Module):
+    """A stack of n_layers EncoderLayers, with an optional final LayerNorm.
+
+    Pre-LN layers leave their output un-normalised (the residual path is never normalised), so a
+    pre-LN stack needs final_norm=True; post-LN layers already end with a LayerNorm.
+    `torch.nn.TransformerEncoder(..., norm=LayerNorm)` is the same as final_norm=True.
+
+    Args: n_layers, then those of `layers.EncoderLayer`; final_norm adds the last LayerNorm.
+
+    Shape:
+        x (B, S, d_model), mask broadcastable to (B, n_heads, S, S) -> (B, S, d_model)
+    """
+
+    def __init__(
+        self,
+        n_layers: int,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        activation: str | Callable[[Tensor], Tensor] = "relu",
+        final_norm: bool = False,
+        layer_norm_eps: float = 1e-5,
+        bias: bool = True,
+        attn_score: ScoreFactory = None,
+        attn_scale: float | None = None,
+    ):
+        super().__init__()
+        check_positive_int("n_layers", n_layers)
+        self.d_model = d_model
+        self.layers = nn.ModuleList(
+            EncoderLayer(
+                d_model,
+                n_heads,
+                d_ff,
+                dropout,
+                norm_first,
+                activation,
+                layer_norm_eps,
+                bias,
+                attn_score,
+                attn_scale,
+            )
+            for _ in range(n_layers)
+        )
+        self.norm = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias) if final_norm else None
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        # Checked here too, so that errors name this call's arguments.
+        check_tensor("x", x, ndim=3, floating=True)
+        check_same("x", x.shape[-1], self.d_model, "feature size d_model =")
+        for layer in self.layers:
+            x = layer(x, mask)  # (B, S, d_model)
+        if self.norm is not None:
+            x = self.norm(x)
+        return x
+
+
+class Decoder(nn.Module):
+    """A stack of n_layers DecoderLayers, with an optional final LayerNorm (see `Encoder`).
+
+    Shape:
+        y (B, T, d_model), memory (B, S, d_model), self_mask broadcastable to (B, n_heads, T, T),
+        memory_mask broadcastable to (B, n_heads, T, S) -> (B, T, d_model)
+    """
+
+    def __init__(
+        self,
+        n_layers: int,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        activation: str | Callable[[Tensor], Tensor] = "relu",
+        final_norm: bool = False,
+        layer_norm_eps: float = 1e-5,
+        bias: bool = True,
+        attn_score: ScoreFactory = None,
+        attn_scale: float | None = None,
+    ):
+        super().__init__()
+        check_positive_int("n_layers", n_layers)
+        self.d_model = d_model
+        self.layers = nn.ModuleList(
+            DecoderLayer(
+                d_model,
+                n_heads,
+                d_ff,
+                dropout,
+                norm_first,
+                activation,
+                layer_norm_eps,
+                bias,
+                attn_score,
+                attn_scale,
+            )
+            for _ in range(n_layers)
+        )
+        self.norm = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias) if final_norm else None
+
+    def forward(
+        self,
+        y: Tensor,
+        memory: Tensor,
+        self_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+    ) -> Tensor:
+        check_tensor("y", y, ndim=3, floating=True)
+        check_same("y", y.shape[-1], self.d_model, "feature size d_model =")
+        for layer in self.layers:
+            y = layer(y, memory, self_mask, memory_mask)  # (B, T, d_model)
+        if self.norm is not None:
+            y = self.norm(y)
+        return y
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer on token ids, with its own embeddings and output projection.
+
+    Args:
+        src_vocab, tgt_vocab: vocabulary sizes.
+        d_model, n_heads, d_ff, dropout, norm_first, activation: as in `layers.EncoderLayer`.
+        n_layers: layers on each side, unless n_encoder_layers / n_decoder_layers say otherwise.
+        max_len: longest source or target sequence (size of the positional table).
+        pad_id: the padding token; padded keys are masked everywhere.
+        final_norm: final LayerNorm after each stack; None (default) means "if pre-LN", which
+            pre-LN needs and post-LN does not. torch.nn.Transformer always has it (True).
+        share_embeddings: one matrix for the source and target embeddings and the output
+            projection, as in the paper (section 3.4); needs src_vocab == tgt_vocab.
+        learned_positions: a learned position table instead of the sinusoidal one.
+        attn_score, attn_scale: passed to every attention module (see `layers.make_attention`):
+            e.g. attn_score="additive" (chapter 7), attn_scale=1.0 for no scaling (chapter 8).
+
+    Shape:
+        src (B, S), tgt (B, T) integer token ids -> logits (B, T, tgt_vocab)
+    """
+
+    def __init__(
+        self,
+        src_vocab: int,
+        tgt_vocab: int,
+        d_model: int = 64,
+        n_heads: int = 4,
+        n_layers: int = 2,
+        d_ff: int = 256,
+        dropout: float = 0.1,
+        max_len: int = 512,
+        pad_id: int = 0,
+        norm_first: bool = False,
+        activation: str | Callable[[Tensor], Tensor] = "relu",
+        final_norm: bool | None = None,
+        share_embeddings: bool = False,
+        learned_positions: bool = False,
+        n_encoder_layers: int | None = None,
+        n_decoder_layers: int | None = None,
+        layer_norm_eps: float = 1e-5,
+        bias: bool = True,
+        attn_score: ScoreFactory = None,
+        attn_scale: float | None = None,
+    ):
+        super().__init__()
+        self.src_vocab = check_positive_int("src_vocab", src_vocab)
+        self.tgt_vocab = check_positive_int("tgt_vocab", tgt_vocab)
+        self.d_model = check_positive_int("d_model", d_model)
+        self.max_len = check_positive_int("max_len", max_len)
+        if isinstance(pad_id, bool) or not isinstance(pad_id, int):
+            raise TypeError(f"pad_id: expected an int, got {type(pad_id).__name__}")
+        if not 0 <= pad_id < min(src_vocab, tgt_vocab):
+            raise ValueError(
+                f"pad_id: expected a token id in [0, {min(src_vocab, tgt_vocab)}), got {pad_id}"
+            )
+        self.pad_id = pad_id
+        if share_embeddings and src_vocab != tgt_vocab:
+            raise ValueError(
+                "share_embeddings: needs src_vocab == tgt_vocab, "
+                f"got src_vocab={src_vocab} and tgt_vocab={tgt_vocab}"
+            )
+        n_encoder_layers = n_layers if n_encoder_layers is None else n_encoder_layers
+        n_decoder_layers = n_layers if n_decoder_layers is None else n_decoder_layers
+        final_norm = norm_first if final_norm is None else final_norm
+        body = dict(
+            d_model=d_model,
+            n_heads=n_heads,
+            d_ff=d_ff,
+            dropout=dropout,
+            norm_first=norm_first,
+            activation=activation,
+            final_norm=final_norm,
+            layer_norm_eps=layer_norm_eps,
+            bias=bias,
+            attn_score=attn_score,
+            attn_scale=attn_scale,
+        )
+        self.src_embed = nn.Embedding(src_vocab, d_model)
+        self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
+        # One module for both sides: the sinusoidal table has no weights, so nothing is shared
+        # unless learned_positions=True, where one table serves source and target positions.
+        self.positional = PositionalEncoding(d_model, max_len, dropout, learned=learned_positions)
+        self.encoder = Encoder(n_encoder_layers, **body)
+        self.decoder = Decoder(n_decoder_layers, **body)
+        self.lm_head = nn.Linear(d_model, tgt_vocab)  # the pre-softmax linear transformation
+        self._init_weights()
+        if share_embeddings:
+            # One (vocab, d_model) matrix: embedding rows and output-projection rows are the same.
+            self.tgt_embed.weight = self.src_embed.weight
+            self.lm_head.weight = self.src_embed.weight
+
+    def _init_weights(self) -> None:
+        # Xavier-uniform for every matrix, as torch.nn.Transformer and the Annotated Transformer.
+        # nn.Embedding's default N(0, 1), times sqrt(d_model), would swamp the positional encoding.
+        for name, p in self.named_parameters():
+            if p.dim() > 1 and not name.startswith("positional."):
+                nn.init.xavier_uniform_(p)
+
+    def _check_tokens(self, name: str, tokens: Tensor, vocab: int) -> None:
+        check_tensor(name, tokens, ndim=2)
+        if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+            raise TypeError(f"{name}: expected integer token ids, got dtype {tokens.dtype}")
+        B, L = tokens.shape
+        if B == 0 or L == 0:
+            raise ValueError(f"{name}: expected a non-empty (B, length) tensor, got {(B, L)}")
+        if L > self.max_len:
+            raise ValueError(f"{name}: expected length <= max_len={self.max_len}, got {L}")
+        low, high = int(tokens.min()), int(tokens.max())
+        if low < 0 or high >= vocab:
+            raise ValueError(
+                f"{name}: expected token ids in [0, {vocab}), got values in [{low}, {high}]"
+            )
+
+    def source_mask(self, src: Tensor) -> Tensor:
+        """Mask of the encoder self-attention and of cross-attention: no attending to padding.
+
+        Shape:
+            src (B, S) -> (B, 1, 1, S)
+        """
+        self._check_tokens("src", src, self.src_vocab)
+        return token_padding_mask(src, self.pad_id)  # (B, 1, 1, S)
+
+    def target_mask(self, tgt: Tensor) -> Tensor:
+        """Mask of the decoder self-attention: causal (no peeking ahead) and no padding.
+
+        Shape:
+            tgt (B, T) -> (B, 1, T, T)
+        """
+        self._check_tokens("tgt", tgt, self.tgt_vocab)
+        T = tgt.shape[1]
+        return combine_masks(
+            causal_mask(T, device=tgt.device),  # (T, T)
+            token_padding_mask(tgt, self.pad_id),  # (B, 1, 1, T)
+        )  # (B, 1, T, T)
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """Encoder output ("memory") for source tokens; src_mask defaults to `source_mask(src)`.
+
+        Shape:
+            src (B, S) -> memory (B, S, d_model)
+        """
+        self._check_tokens("src", src, self.src_vocab)
+        if src_mask is None:
+            src_mask = self.source_mask(src)
+        # Scaled by sqrt(d_model) (paper, section 3.4) so the embeddings are not dwarfed by PE.
+        x = self.positional(self.src_embed(src) * math.sqrt(self.d_model))  # (B, S, d_model)
+        return self.encoder(x, src_mask)  # (B, S, d_model)
+
+    def decode(self, tgt: Tensor, memory: Tensor, memory_mask: Tensor | None = None) -> Tensor:
+        """Next-token logits at every target position, given the encoder output.
+
+        Args:
+            tgt: decoder input tokens (B, T): the target shifted right, starting with BOS.
+            memory: encoder output (B, S, d_model).
+            memory_mask: which source positions may be attended to, normally
+                `source_mask(src)` (B, 1, 1, S); None attends to every position.
+
+        Shape:
+            -> logits (B, T, tgt_vocab); position t depends only on tgt[:, :t+1].
+        """
+        self._check_tokens("tgt", tgt, self.tgt_vocab)
+        check_tensor("memory", memory, ndim=3, floating=True)
+        check_same("memory", memory.shape[0], tgt.shape[0], "batch size equal to tgt's")
+        y = self.positional(self.tgt_embed(tgt) * math.sqrt(self.d_model))  # (B, T, d_model)
+        y = self.decoder(y, memory, self.target_mask(tgt), memory_mask)  # (B, T, d_model)
+        return self.lm_head(y)  # (B, T, tgt_vocab)
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        """Teacher forcing: logits for every target position in one pass.
+
+        Shape:
+            src (B, S), tgt (B, T) -> logits (B, T, tgt_vocab)
+        """
+        src_mask = self.source_mask(src)  # (B, 1, 1, S)
+        memory = self.encode(src, src_mask)  # (B, S, d_model)
+        return self.decode(tgt, memory, src_mask)  # (B, T, tgt_vocab)
+
+
+def greedy_decode(
+    model: Transformer, src: Tensor, max_len: int, bos_id: int, eos_id: int
+) -> Tensor:
+    """Generate target tokens one at a time, always taking the most likely next token.
+
+    Runs in eval mode without gradients (the model's training mode is restored afterwards).
+    Stops after `max_len` new tokens or as soon as every sequence has produced `eos_id`;
+    after its EOS, a sequence is filled with `model.pad_id`.
+
+    Args:
+        model: a `Transformer`.
+        src: source tokens (B, S).
+        max_len: most tokens to generate after BOS.
+        bos_id: first decoder input token.
+        eos_id: end-of-sequence token.
+
+    Returns:
+        LongTensor (B, L) with L <= max_len + 1; column 0 is BOS, so the generated
+        tokens are `out[:, 1:]`.
+    """
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model: expected a Transformer, got {type(model).__name__}")
+    check_positive_int("max_len", max_len)
+    if max_len + 1 > model.max_len:
+        raise ValueError(
+            f"max_len: expected at most model.max_len - 1 = {model.max_len - 1} "
+            f"(BOS takes a position), got {max_len}"
+        )
+    for name, token in (("bos_id", bos_id), ("eos_id", eos_id)):
+        if isinstance(token, bool) or not isinstance(token, int):
+            raise TypeError(f"{name}: expected an int, got {type(token).__name__}")
+        if not 0 <= token < model.tgt_vocab:
+            raise ValueError(f"{name}: expected a token id in [0, {model.tgt_vocab}), got {token}")
+    if bos_id == model.pad_id:
+        raise ValueError(f"bos_id: must differ from model.pad_id={model.pad_id}, got {bos_id}")
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            src_mask = model.source_mask(src)  # (B, 1, 1, S)
+            memory = model.encode(src, src_mask)  # (B, S, d_model)
+            B = src.shape[0]
+            out = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
+            finished = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
+            for _ in range(max_len):
+                # Recomputes the whole prefix each step: simple, and fine for short sequences.
+                logits = model.decode(out, memory, src_mask)[:, -1]  # (B, tgt_vocab)
+                next_token = logits.argmax(dim=-1)  # (B,)
+                next_token = next_token.masked_fill(finished, model.pad_id)
+                out = torch.cat([out, next_token[:, None]], dim=1)  # (B, L + 1)
+                finished |= next_token == eos_id
+                if bool(finished.all()):
+                    break
+    finally:
+        model.train(was_training)
+    return out

@@ -1,0 +1,309 @@
+"""Tests for interop.py: load_from_torch copies every weight to the right place, or refuses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_layers import assert_matches_torch
+from torch import nn
+
+from transformer_course.attention import MultiHeadAttention
+from transformer_course.interop import gradients_from_torch, load_from_torch
+from transformer_course.layers import DecoderLayer, EncoderLayer
+from transformer_course.masks import padding_mask, to_key_padding_mask
+from transformer_course.model import Decoder, Encoder, Transformer
+
+D_MODEL, N_HEADS, D_FF = 16, 4, 32
+B, T, S = 3, 5, 7
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: one thread is many times faster than two threads on a busy 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def no_torch_fast_path():
+    enabled = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    yield
+    torch.backends.mha.set_fastpath_enabled(enabled)
+
+
+def _their_encoder_layer(**kwargs) -> nn.TransformerEncoderLayer:
+    args = dict(d_model=D_MODEL, nhead=N_HEADS, dim_feedforward=D_FF, batch_first=True)
+    return nn.TransformerEncoderLayer(**{**args, **kwargs})
+
+
+def _their_transformer(n_encoder_layers: int, n_decoder_layers: int, **kwargs) -> nn.Transformer:
+    args = dict(dim_feedforward=D_FF, batch_first=True)
+    return nn.Transformer(
+        D_MODEL, N_HEADS, n_encoder_layers, n_decoder_layers, **{**args, **kwargs}
+    )
+
+
+def _their_decoder_layer(**kwargs) -> nn.TransformerDecoderLayer:
+    args = dict(d_model=D_MODEL, nhead=N_HEADS, dim_feedforward=D_FF, batch_first=True)
+    return nn.TransformerDecoderLayer(**{**args, **kwargs})
+
+
+# ---------------------------------------------------------------------------------------------
+# nn.MultiheadAttention
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_multihead_attention_weights_and_outputs_match_torch(bias):
+    theirs = nn.MultiheadAttention(D_MODEL, N_HEADS, bias=bias, batch_first=True).eval()
+    ours = load_from_torch(MultiHeadAttention(D_MODEL, N_HEADS, bias=bias), theirs).eval()
+    # in_proj_weight stacks W^Q, W^K, W^V row-wise.
+    d = D_MODEL
+    assert torch.equal(ours.q_proj.weight, theirs.in_proj_weight[:d])
+    assert torch.equal(ours.k_proj.weight, theirs.in_proj_weight[d : 2 * d])
+    assert torch.equal(ours.v_proj.weight, theirs.in_proj_weight[2 * d :])
+    assert torch.equal(ours.out_proj.weight, theirs.out_proj.weight)
+    if bias:
+        assert torch.equal(ours.v_proj.bias, theirs.in_proj_bias[2 * d :])
+    mask = padding_mask([S, 2, 5], max_len=S)  # (B, 1, 1, S)
+    kpm = to_key_padding_mask(mask)
+    query, memory = torch.randn(B, T, D_MODEL), torch.randn(B, S, D_MODEL)
+    with torch.no_grad():
+        out, weights = ours(query, memory, memory, mask=mask)
+        out_t, weights_t = theirs(
+            query, memory, memory, key_padding_mask=kpm, average_attn_weights=False
+        )
+    torch.testing.assert_close(weights, weights_t, rtol=1e-5, atol=1e-6)
+    assert_matches_torch(
+        ours,
+        theirs,
+        lambda q, kv: ours(q, kv, kv, mask=mask, need_weights=False)[0],
+        lambda q, kv: theirs(q, kv, kv, key_padding_mask=kpm, need_weights=False)[0],
+        [query, memory],
+    )
+    assert torch.equal(out, ours(query, memory, memory, mask=mask)[0].detach())
+    torch.testing.assert_close(out, out_t, rtol=1e-5, atol=1e-5)
+
+
+def test_load_returns_ours_and_copies_values_not_storage():
+    theirs = _their_encoder_layer()
+    ours = EncoderLayer(D_MODEL, N_HEADS, D_FF)
+    assert load_from_torch(ours, theirs) is ours
+    assert torch.equal(ours.ff.linear1.weight, theirs.linear1.weight)
+    assert torch.equal(ours.norm2.bias, theirs.norm2.bias)
+    with torch.no_grad():
+        theirs.linear1.weight.add_(1.0)
+    assert not torch.equal(ours.ff.linear1.weight, theirs.linear1.weight)
+
+
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True:UserWarning")
+def test_every_parameter_of_ours_is_written():
+    """Fill ours with NaN first: after loading, nothing may be left over."""
+    theirs = _their_transformer(2, 2, norm_first=True, bias=False)
+    kwargs = dict(d_model=D_MODEL, n_heads=N_HEADS, d_ff=D_FF, norm_first=True, bias=False)
+    ours = (Encoder(2, final_norm=True, **kwargs), Decoder(2, final_norm=True, **kwargs))
+    for module in ours:
+        for p in module.parameters():
+            p.data.fill_(float("nan"))
+    load_from_torch(ours, theirs)
+    for module in ours:
+        for name, p in module.named_parameters():
+            assert torch.isfinite(p).all(), name
+    n_theirs = sum(p.numel() for p in theirs.parameters())
+    assert sum(p.numel() for m in ours for p in m.parameters()) == n_theirs
+
+
+def test_gradients_from_torch_names_only_what_was_loaded():
+    theirs = _their_transformer(1, 1)
+    ours = Transformer(11, 13, D_MODEL, N_HEADS, 1, D_FF, final_norm=True)
+    for p in theirs.parameters():
+        p.grad = torch.ones_like(p)
+    grads = gradients_from_torch(ours, theirs)
+    assert grads and all(name.startswith(("encoder.", "decoder.")) for name in grads)
+    assert set(grads) == {n for n, _ in ours.named_parameters() if n.startswith(("enc", "dec"))}
+    assert all(torch.equal(g, torch.ones_like(g)) for g in grads.values())
+    assert all(p.grad is None for p in ours.parameters())  # ours untouched
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors: wrong types (TypeError) and mismatched sizes or options (ValueError)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "match"),
+    [
+        (
+            EncoderLayer(D_MODEL, N_HEADS, D_FF),
+            nn.Linear(2, 2),
+            r"^theirs: expected one of .*got Linear",
+        ),
+        (EncoderLayer(D_MODEL, N_HEADS, D_FF), "weights.pt", "^theirs:"),
+        (
+            MultiHeadAttention(D_MODEL, N_HEADS),
+            _their_encoder_layer(),
+            "^ours: expected EncoderLayer to receive nn.TransformerEncoderLayer, "
+            "got MultiHeadAttention",
+        ),
+        (
+            EncoderLayer(D_MODEL, N_HEADS, D_FF),
+            _their_decoder_layer(),
+            "^ours: expected DecoderLayer",
+        ),
+        (
+            nn.MultiheadAttention(D_MODEL, N_HEADS),
+            nn.MultiheadAttention(D_MODEL, N_HEADS),
+            "^ours: expected MultiHeadAttention",
+        ),
+        (
+            Encoder(1, D_MODEL, N_HEADS, D_FF),
+            _their_transformer(1, 1),
+            r"^ours: expected a Transformer or an \(Encoder, Decoder\) pair",
+        ),
+        (
+            (Decoder(1, D_MODEL, N_HEADS, D_FF), Encoder(1, D_MODEL, N_HEADS, D_FF)),
+            _their_transformer(1, 1),
+            r"^ours: .*got tuple of \(Decoder, Encoder\)",
+        ),
+    ],
+)
+def test_unsupported_pairs_raise_type_error(ours, theirs, match):
+    with pytest.raises(TypeError, match=match):
+        load_from_torch(ours, theirs)
+
+
+def _stack(cls, n_layers=2, **kwargs):
+    return cls(n_layers, D_MODEL, N_HEADS, D_FF, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "match"),
+    [
+        (
+            MultiHeadAttention(D_MODEL, N_HEADS),
+            nn.MultiheadAttention(2 * D_MODEL, N_HEADS),
+            r"^theirs: expected d_model=16 as in ours, got d_model=32",
+        ),
+        (
+            MultiHeadAttention(D_MODEL, N_HEADS),
+            nn.MultiheadAttention(D_MODEL, 2),
+            r"^theirs: expected n_heads=4 as in ours, got n_heads=2",
+        ),
+        (
+            MultiHeadAttention(D_MODEL, N_HEADS),
+            nn.MultiheadAttention(D_MODEL, N_HEADS, bias=False),
+            "^theirs: expected bias=True as in ours, got bias=False",
+        ),
+        (
+            MultiHeadAttention(D_MODEL, N_HEADS),
+            nn.MultiheadAttention(D_MODEL, N_HEADS, kdim=8),
+            "^theirs: expected kdim = vdim = embed_dim",
+        ),
+        (
+            MultiHeadAttention(D_MODEL, N_HEADS),
+            nn.MultiheadAttention(D_MODEL, N_HEADS, add_bias_kv=True),
+            "^theirs: add_bias_kv",
+        ),
+        (
+            MultiHeadAttention(D_MODEL, N_HEADS, scale=1.0),
+            nn.MultiheadAttention(D_MODEL, N_HEADS),
+            r"^ours: expected scale 1/sqrt\(d_k\)",
+        ),
+        (
+            EncoderLayer(D_MODEL, N_HEADS, D_FF, attn_score="cosine"),
+            _their_encoder_layer(),
+            r"^ours.self_attn: expected the scaled dot-product score"
+            r".*got a custom score CosineScore",
+        ),
+        (
+            EncoderLayer(D_MODEL, N_HEADS, D_FF),
+            _their_encoder_layer(norm_first=True),
+            "^theirs: expected norm_first=False as in ours, got norm_first=True",
+        ),
+        (
+            EncoderLayer(D_MODEL, N_HEADS, D_FF),
+            _their_encoder_layer(activation="gelu"),
+            "^theirs: expected activation=relu as in ours, got activation=gelu",
+        ),
+        (
+            EncoderLayer(D_MODEL, N_HEADS, D_FF, activation=torch.tanh),
+            _their_encoder_layer(),
+            "^theirs: expected activation=.*tanh.* as in ours, got activation=relu",
+        ),
+        (
+            EncoderLayer(D_MODEL, N_HEADS, D_FF),
+            _their_encoder_layer(dim_feedforward=64),
+            "^theirs: expected d_ff=32 as in ours, got d_ff=64",
+        ),
+        (
+            EncoderLayer(D_MODEL, N_HEADS, D_FF),
+            _their_encoder_layer(layer_norm_eps=1e-6),
+            r"^theirs.norm1: expected layer_norm_eps=1e-05 as in ours, got layer_norm_eps=1e-06",
+        ),
+        (
+            EncoderLayer(D_MODEL, N_HEADS, D_FF),
+            _their_encoder_layer(nhead=8),
+            "^theirs.self_attn: expected n_heads=4 as in ours, got n_heads=8",
+        ),
+        (
+            DecoderLayer(D_MODEL, N_HEADS, D_FF),
+            _their_decoder_layer(d_model=32),
+            "^theirs.self_attn: expected d_model=16 as in ours, got d_model=32",
+        ),
+        (
+            DecoderLayer(D_MODEL, N_HEADS, D_FF, bias=False),
+            _their_decoder_layer(),
+            "^theirs.self_attn: expected bias=False as in ours, got bias=True",
+        ),
+        (
+            _stack(Encoder, 2),
+            nn.TransformerEncoder(_their_encoder_layer(), 3, enable_nested_tensor=False),
+            "^theirs: expected n_layers=2 as in ours, got n_layers=3",
+        ),
+        (
+            _stack(Encoder, 2),
+            nn.TransformerEncoder(
+                _their_encoder_layer(), 2, nn.LayerNorm(D_MODEL), enable_nested_tensor=False
+            ),
+            "^theirs: expected final_norm=False as in ours, got final_norm=True",
+        ),
+        (
+            _stack(Decoder, 2, final_norm=True),
+            nn.TransformerDecoder(_their_decoder_layer(), 2),
+            "^theirs: expected final_norm=True as in ours, got final_norm=False",
+        ),
+        (
+            _stack(Decoder, 1, norm_first=True),
+            nn.TransformerDecoder(_their_decoder_layer(), 1),
+            r"^theirs.layers\[0\]: expected norm_first=True as in ours, got norm_first=False",
+        ),
+        (
+            Transformer(11, 13, D_MODEL, N_HEADS, 2, D_FF),
+            _their_transformer(2, 2),
+            "^theirs.encoder: expected final_norm=False as in ours, got final_norm=True",
+        ),
+        (
+            Transformer(11, 13, D_MODEL, N_HEADS, 2, D_FF, final_norm=True),
+            _their_transformer(2, 3),
+            "^theirs.decoder: expected n_layers=2 as in ours, got n_layers=3",
+        ),
+    ],
+)
+def test_mismatched_sizes_and_options_raise_value_error(ours, theirs, match):
+    with pytest.raises(ValueError, match=match):
+        load_from_torch(ours, theirs)
+
+
+def test_a_failed_load_copies_nothing():
+    """The last layer's last norm differs: the check fails before the first weight is copied."""
+    theirs = nn.TransformerEncoder(_their_encoder_layer(), 2, enable_nested_tensor=False)
+    theirs.layers[1].norm2.eps = 1e-3
+    ours = _stack(Encoder, 2)
+    before = {name: p.detach().clone() for name, p in ours.named_parameters()}
+    with pytest.raises(ValueError, match=r"^theirs.layers\[1\].norm2: expected layer_norm_eps"):
+        load_from_torch(ours, theirs)
+    for name, p in ours.named_parameters():
+        assert torch.equal(p, before[name]), name

@@ -1,0 +1,537 @@
+"""Tests for model.py: the stacks against torch.nn, the full model's masks, decoding and size."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_layers import assert_matches_torch
+from torch import nn
+
+from transformer_course.attention import MultiHeadAttention
+from transformer_course.interop import load_from_torch
+from transformer_course.masks import causal_mask, padding_mask, to_key_padding_mask, to_torch_mask
+from transformer_course.model import Decoder, Encoder, Transformer, count_parameters, greedy_decode
+from transformer_course.scoring import AdditiveScore
+
+D_MODEL, N_HEADS, D_FF = 16, 4, 32
+B, T, S = 3, 5, 7
+PAD, BOS, EOS = 0, 1, 2
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: one thread is many times faster than two threads on a busy 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def no_torch_fast_path():
+    """torch's fused inference path is not what we compare against (see test_layers.py)."""
+    enabled = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    yield
+    torch.backends.mha.set_fastpath_enabled(enabled)
+
+
+def small_model(**kwargs) -> Transformer:
+    args = dict(src_vocab=11, tgt_vocab=13, d_model=D_MODEL, n_heads=N_HEADS, d_ff=D_FF)
+    return Transformer(**{**args, **kwargs})
+
+
+# ---------------------------------------------------------------------------------------------
+# Stacks and the whole body against torch.nn
+# ---------------------------------------------------------------------------------------------
+
+VARIANTS = pytest.mark.parametrize(
+    ("norm_first", "activation", "final_norm"),
+    [(False, "relu", False), (False, "gelu", True), (True, "relu", True), (True, "gelu", False)],
+    ids=["post-LN", "post-LN-gelu-final-norm", "pre-LN-final-norm", "pre-LN-gelu"],
+)
+
+
+def _torch_layer_args(norm_first: bool, activation: str) -> dict:
+    return dict(
+        d_model=D_MODEL,
+        nhead=N_HEADS,
+        dim_feedforward=D_FF,
+        dropout=0.0,
+        activation=activation,
+        batch_first=True,
+        norm_first=norm_first,
+    )
+
+
+def _our_stack_args(norm_first: bool, activation: str, final_norm: bool) -> dict:
+    return dict(
+        d_model=D_MODEL,
+        n_heads=N_HEADS,
+        d_ff=D_FF,
+        dropout=0.0,
+        norm_first=norm_first,
+        activation=activation,
+        final_norm=final_norm,
+    )
+
+
+@VARIANTS
+def test_encoder_matches_torch_transformer_encoder(norm_first, activation, final_norm):
+    theirs = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(**_torch_layer_args(norm_first, activation)),
+        num_layers=3,
+        norm=nn.LayerNorm(D_MODEL) if final_norm else None,
+        enable_nested_tensor=False,  # nested tensors would zero the padded rows
+    ).eval()
+    ours = Encoder(3, **_our_stack_args(norm_first, activation, final_norm)).eval()
+    load_from_torch(ours, theirs)
+    mask = padding_mask([S, 4, 2], max_len=S)  # (B, 1, 1, S)
+    assert_matches_torch(
+        ours,
+        theirs,
+        lambda x: ours(x, mask),
+        lambda x: theirs(x, src_key_padding_mask=to_key_padding_mask(mask)),
+        [torch.randn(B, S, D_MODEL)],
+    )
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")
+def test_torch_encoder_nested_tensor_path_zeroes_padded_rows():
+    """Why the comparisons above pass enable_nested_tensor=False: with it, torch's encoder (eval,
+    no grad, fast path) drops padded positions and returns zeros there; real rows still agree."""
+    torch.backends.mha.set_fastpath_enabled(True)  # the fixture restores the setting
+    layer = nn.TransformerEncoderLayer(**_torch_layer_args(False, "relu"))
+    theirs = nn.TransformerEncoder(layer, num_layers=2).eval()
+    ours = load_from_torch(Encoder(2, **_our_stack_args(False, "relu", False)), theirs).eval()
+    x, mask = torch.randn(B, S, D_MODEL), padding_mask([S, 3, 1], max_len=S)
+    with torch.no_grad():
+        out = ours(x, mask)
+        expected = theirs(x, src_key_padding_mask=to_key_padding_mask(mask))
+    real = mask[:, 0, 0]  # (B, S)
+    torch.testing.assert_close(out[real], expected[real], rtol=1e-5, atol=1e-5)
+    assert torch.all(expected[~real] == 0) and torch.all(out[~real].abs().sum(-1) > 0)
+
+
+@VARIANTS
+def test_decoder_matches_torch_transformer_decoder(norm_first, activation, final_norm):
+    theirs = nn.TransformerDecoder(
+        nn.TransformerDecoderLayer(**_torch_layer_args(norm_first, activation)),
+        num_layers=2,
+        norm=nn.LayerNorm(D_MODEL) if final_norm else None,
+    ).eval()
+    ours = Decoder(2, **_our_stack_args(norm_first, activation, final_norm)).eval()
+    load_from_torch(ours, theirs)
+    memory_mask = padding_mask([S, 4, 2], max_len=S)
+    assert_matches_torch(
+        ours,
+        theirs,
+        lambda y, m: ours(y, m, causal_mask(T), memory_mask),
+        lambda y, m: theirs(
+            y,
+            m,
+            tgt_mask=to_torch_mask(causal_mask(T)),
+            memory_key_padding_mask=to_key_padding_mask(memory_mask),
+        ),
+        [torch.randn(B, T, D_MODEL), torch.randn(B, S, D_MODEL)],
+    )
+
+
+def _torch_transformer(norm_first: bool, activation: str) -> nn.Transformer:
+    return nn.Transformer(
+        d_model=D_MODEL,
+        nhead=N_HEADS,
+        num_encoder_layers=2,
+        num_decoder_layers=3,
+        dim_feedforward=D_FF,
+        dropout=0.0,
+        activation=activation,
+        batch_first=True,
+        norm_first=norm_first,
+    ).eval()
+
+
+def _run_torch_body(theirs: nn.Transformer, src_pad: torch.Tensor):
+    def run(x, y):
+        return theirs(
+            x,
+            y,
+            tgt_mask=to_torch_mask(causal_mask(y.shape[1])),
+            src_key_padding_mask=to_key_padding_mask(src_pad),
+            memory_key_padding_mask=to_key_padding_mask(src_pad),
+        )
+
+    return run
+
+
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True:UserWarning")
+@pytest.mark.parametrize(
+    ("norm_first", "activation"), [(False, "relu"), (True, "gelu")], ids=["post-LN", "pre-LN"]
+)
+def test_encoder_decoder_body_matches_torch_transformer(norm_first, activation):
+    """nn.Transformer always ends each stack with a LayerNorm: our final_norm=True."""
+    theirs = _torch_transformer(norm_first, activation)
+    stack = _our_stack_args(norm_first, activation, final_norm=True)
+    ours = (Encoder(2, **stack).eval(), Decoder(3, **stack).eval())
+    assert load_from_torch(ours, theirs) is ours
+    encoder, decoder = ours
+    src_pad = padding_mask([S, 3, 6], max_len=S)  # (B, 1, 1, S)
+
+    def run_ours(x, y):
+        memory = encoder(x, src_pad)  # (B, S, d_model)
+        return decoder(y, memory, causal_mask(y.shape[1]), src_pad)  # (B, T, d_model)
+
+    inputs = [torch.randn(B, S, D_MODEL), torch.randn(B, T, D_MODEL)]
+    assert_matches_torch(ours, theirs, run_ours, _run_torch_body(theirs, src_pad), inputs)
+
+
+def test_torch_transformer_loads_into_our_full_model():
+    theirs = _torch_transformer(False, "relu")
+    ours = small_model(n_encoder_layers=2, n_decoder_layers=3, final_norm=True, dropout=0.0)
+    embeddings = ours.src_embed.weight.detach().clone()
+    load_from_torch(ours, theirs)
+    assert torch.equal(ours.src_embed.weight, embeddings)  # torch has no embeddings to copy
+    ours.eval()
+    src = torch.tensor([[3, 4, 5, 6, 7, 8, 9], [3, 4, 5, PAD, PAD, PAD, PAD], [5] * S])
+    tgt = torch.randint(3, 13, (B, T))
+    src_pad = ours.source_mask(src)
+    x = ours.positional(ours.src_embed(src) * D_MODEL**0.5)
+    y = ours.positional(ours.tgt_embed(tgt) * D_MODEL**0.5)
+    body = ours.decoder(y, ours.encoder(x, src_pad), causal_mask(T), src_pad)
+    expected = _run_torch_body(theirs, src_pad)(x, y)
+    torch.testing.assert_close(body, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours(src, tgt), ours.lm_head(expected), rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# The full model
+# ---------------------------------------------------------------------------------------------
+
+
+def test_forward_shape_and_structure():
+    model = small_model(n_layers=2, n_decoder_layers=3).eval()
+    src, tgt = torch.randint(1, 11, (B, S)), torch.randint(1, 13, (B, T))
+    logits = model(src, tgt)
+    assert logits.shape == (B, T, 13) and logits.dtype == torch.float32
+    assert len(model.encoder.layers) == 2 and len(model.decoder.layers) == 3
+    torch.testing.assert_close(logits, model.decode(tgt, model.encode(src), model.source_mask(src)))
+
+
+def test_final_norm_defaults_to_pre_ln():
+    assert small_model().encoder.norm is None and small_model().decoder.norm is None
+    pre = small_model(norm_first=True)
+    assert isinstance(pre.encoder.norm, nn.LayerNorm) and isinstance(pre.decoder.norm, nn.LayerNorm)
+    assert small_model(norm_first=True, final_norm=False).encoder.norm is None
+
+
+def test_masks_are_built_from_pad_id():
+    model = small_model(pad_id=PAD)
+    src = torch.tensor([[5, 6, PAD], [5, PAD, PAD]])
+    assert torch.equal(model.source_mask(src)[:, 0, 0], torch.tensor([[1, 1, 0], [1, 0, 0]]).bool())
+    tgt = torch.tensor([[BOS, 7, PAD]])
+    expected = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 0]]).bool()  # causal AND not padding
+    assert torch.equal(model.target_mask(tgt)[0, 0], expected)
+
+
+def test_source_padding_changes_nothing():
+    model = small_model(dropout=0.0).eval()
+    src, tgt = torch.randint(3, 11, (B, S)), torch.randint(3, 13, (B, T))
+    padded = torch.cat([src, torch.full((B, 4), PAD)], dim=1)
+    torch.testing.assert_close(model(padded, tgt), model(src, tgt), rtol=1e-5, atol=1e-5)
+
+
+def test_embeddings_are_scaled_by_sqrt_d_model():
+    model = small_model(dropout=0.0).eval()
+    src = torch.randint(3, 11, (B, S))
+    x = model.src_embed(src) * D_MODEL**0.5 + model.positional.encoding(S)
+    torch.testing.assert_close(model.encode(src), model.encoder(x, model.source_mask(src)))
+
+
+@functools.cache
+def _causal_test_model() -> Transformer:
+    torch.manual_seed(1)
+    return small_model(n_layers=2, dropout=0.0).eval()
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    batch=st.integers(1, 3),
+    src_len=st.integers(1, 6),
+    tgt_len=st.integers(2, 6),
+    data=st.data(),
+)
+def test_logits_at_t_do_not_depend_on_later_target_tokens(batch, src_len, tgt_len, data):
+    """The causal property of the whole model, over random shapes, positions and tokens."""
+    model = _causal_test_model()
+    t = data.draw(st.integers(0, tgt_len - 2), label="t")
+    seed = data.draw(st.integers(0, 2**16), label="seed")
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(3, 11, (batch, src_len), generator=g)
+    tgt = torch.randint(3, 13, (batch, tgt_len), generator=g)
+    changed = tgt.clone()
+    changed[:, t + 1 :] = (tgt[:, t + 1 :] - 3 + 1) % 10 + 3  # every later token differs
+    with torch.no_grad():
+        before, after = model(src, tgt), model(src, changed)
+    torch.testing.assert_close(after[:, : t + 1], before[:, : t + 1], rtol=1e-6, atol=1e-6)
+    assert not torch.allclose(after[:, t + 1 :], before[:, t + 1 :])  # the future does change
+
+
+def test_without_the_causal_mask_the_future_leaks():
+    """The same check fails for a decoder run with no mask: the test can tell."""
+    model = _causal_test_model()
+    src, tgt = torch.randint(3, 11, (1, 4)), torch.randint(3, 13, (1, 5))
+    changed = tgt.clone()
+    changed[:, -1] = (tgt[:, -1] - 3 + 1) % 10 + 3
+
+    def unmasked(tokens):
+        y = model.positional(model.tgt_embed(tokens) * D_MODEL**0.5)
+        return model.decoder(y, model.encode(src))
+
+    with torch.no_grad():
+        assert not torch.allclose(unmasked(changed)[:, 0], unmasked(tgt)[:, 0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Greedy decoding
+# ---------------------------------------------------------------------------------------------
+
+
+def _argmax_step_by_step(model: Transformer, src: torch.Tensor, steps: int) -> torch.Tensor:
+    """Reference: run the whole model each step and append the argmax of the last position."""
+    out = torch.full((src.shape[0], 1), BOS)
+    with torch.no_grad():
+        for _ in range(steps):
+            out = torch.cat([out, model(src, out)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return out
+
+
+def _cut_at_eos(tokens: torch.Tensor, eos_id: int, pad_id: int) -> torch.Tensor:
+    """Pad everything after each row's first EOS; drop the columns after the last first-EOS."""
+    rows, ends = [], []
+    for row in tokens.tolist():
+        end = row.index(eos_id, 1) + 1 if eos_id in row[1:] else len(row)
+        rows.append(row[:end] + [pad_id] * (len(row) - end))
+        ends.append(end)
+    return torch.tensor(rows)[:, : max(ends)]
+
+
+def test_greedy_decode_matches_step_by_step_argmax_and_stops_at_eos():
+    torch.manual_seed(3)
+    model = small_model(tgt_vocab=13).eval()
+    src = torch.randint(3, 11, (4, S))
+    reference = _argmax_step_by_step(model, src, steps=8)  # (4, 9)
+    # Any token can serve as EOS (it changes nothing in the network): take the one row 0
+    # produces at step 3, so that the rows end at different steps, or never.
+    eos_id = int(reference[0, 3])
+    expected = _cut_at_eos(reference, eos_id, PAD)
+    decoded = greedy_decode(model, src, max_len=8, bos_id=BOS, eos_id=eos_id)
+    assert decoded.dtype == torch.long and torch.equal(decoded[:, 0], torch.full((4,), BOS))
+    assert torch.equal(decoded, expected)
+
+
+def test_greedy_decode_stops_when_every_sequence_has_ended():
+    model = small_model(dropout=0.1)
+    with torch.no_grad():
+        model.lm_head.bias[EOS] = 100.0  # EOS always wins
+    model.train()
+    decoded = greedy_decode(model, torch.randint(3, 11, (B, S)), max_len=10, bos_id=BOS, eos_id=EOS)
+    assert torch.equal(decoded, torch.tensor([[BOS, EOS]] * B))
+    assert model.training  # the mode is restored
+    assert not decoded.requires_grad
+
+
+def test_greedy_decode_runs_to_max_len_without_eos():
+    model = small_model()
+    with torch.no_grad():
+        model.lm_head.bias[7] = 100.0  # never EOS
+    decoded = greedy_decode(model, torch.randint(3, 11, (B, S)), max_len=6, bos_id=BOS, eos_id=EOS)
+    assert decoded.shape == (B, 7)  # BOS + max_len tokens
+    assert torch.all(decoded[:, 1:] == 7)
+
+
+def test_greedy_decode_is_deterministic_despite_dropout():
+    model = small_model(dropout=0.5).train()
+    src = torch.randint(3, 11, (B, S))
+    first = greedy_decode(model, src, max_len=5, bos_id=BOS, eos_id=EOS)
+    assert torch.equal(first, greedy_decode(model, src, max_len=5, bos_id=BOS, eos_id=EOS))
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameter count and variants
+# ---------------------------------------------------------------------------------------------
+
+
+def _analytic_count(
+    src_vocab, tgt_vocab, d, d_ff, n_enc, n_dec, final_norm, share, learned, max_len, bias=True
+) -> int:
+    b = 1 if bias else 0
+    attention = 4 * (d * d + b * d)  # W^Q, W^K, W^V, W^O and their biases
+    ffn = d * d_ff + b * d_ff + d_ff * d + b * d
+    norm = d + b * d  # gamma, beta
+    encoder = n_enc * (attention + ffn + 2 * norm) + final_norm * norm
+    decoder = n_dec * (2 * attention + ffn + 3 * norm) + final_norm * norm
+    embeddings = src_vocab * d if share else (src_vocab + tgt_vocab) * d
+    output = (0 if share else d * tgt_vocab) + tgt_vocab  # the bias is never shared
+    positions = max_len * d if learned else 0
+    return encoder + decoder + embeddings + output + positions
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"n_encoder_layers": 1, "n_decoder_layers": 3, "norm_first": True},
+        {"src_vocab": 13, "share_embeddings": True, "learned_positions": True, "max_len": 40},
+        {"bias": False, "final_norm": True, "d_model": 24, "n_heads": 3, "d_ff": 40},
+    ],
+)
+def test_parameter_count_equals_the_formula(kwargs):
+    model = small_model(**kwargs)
+    args = {"src_vocab": 11, "tgt_vocab": 13, "d_model": D_MODEL, "d_ff": D_FF, **kwargs}
+    n_enc = args.get("n_encoder_layers", 2)
+    n_dec = args.get("n_decoder_layers", 2)
+    expected = _analytic_count(
+        args["src_vocab"],
+        args["tgt_vocab"],
+        args["d_model"],
+        args["d_ff"],
+        n_enc,
+        n_dec,
+        final_norm=args.get("final_norm", args.get("norm_first", False)),
+        share=args.get("share_embeddings", False),
+        learned=args.get("learned_positions", False),
+        max_len=args.get("max_len", 512),
+        bias=args.get("bias", True),
+    )
+    assert count_parameters(model) == expected
+    layer = model.encoder.layers[0]
+    assert count_parameters(layer.ff) == 2 * args["d_model"] * args["d_ff"] + (
+        args["d_ff"] + args["d_model"] if args.get("bias", True) else 0
+    )
+
+
+def test_share_embeddings_ties_one_matrix():
+    model = small_model(src_vocab=13, share_embeddings=True)
+    assert model.src_embed.weight is model.tgt_embed.weight is model.lm_head.weight
+    with pytest.raises(ValueError, match="^share_embeddings: needs src_vocab == tgt_vocab"):
+        small_model(share_embeddings=True)
+
+
+def test_attention_variants_reach_every_attention_module():
+    model = small_model(attn_score="additive")
+    attentions = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    assert len(attentions) == 2 + 2 * 2  # encoder self, decoder self and cross
+    assert all(isinstance(m.score, AdditiveScore) for m in attentions)
+    assert len({id(m.score) for m in attentions}) == len(attentions)
+    d_k = D_MODEL // N_HEADS
+    extra = len(attentions) * (2 * d_k * d_k + d_k)  # W_q, W_k (d_k x d_hidden=d_k) and v
+    assert count_parameters(model) == count_parameters(small_model()) + extra
+    logits = model(torch.randint(1, 11, (B, S)), torch.randint(1, 13, (B, T)))
+    assert logits.shape == (B, T, 13) and torch.isfinite(logits).all()
+    unscaled = small_model(attn_scale=1.0)
+    assert all(m.scale == 1.0 for m in unscaled.modules() if isinstance(m, MultiHeadAttention))
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad arguments and inputs
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"d_model": 10, "n_heads": 4}, ValueError, "^n_heads: expected a divisor of d_model=10"),
+        ({"n_layers": 0}, ValueError, "^n_layers:"),
+        ({"src_vocab": 0}, ValueError, "^src_vocab:"),
+        ({"pad_id": 20}, ValueError, "^pad_id:"),
+        ({"pad_id": None}, TypeError, "^pad_id:"),
+        ({"max_len": -1}, ValueError, "^max_len:"),
+        ({"activation": "elu"}, ValueError, "^activation:"),
+    ],
+)
+def test_transformer_rejects_bad_arguments(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        small_model(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("src", "tgt", "error", "match"),
+    [
+        (torch.randn(B, S), torch.randint(1, 13, (B, T)), TypeError, "^src: expected integer"),
+        (
+            torch.randint(1, 11, (S,)),
+            torch.randint(1, 13, (B, T)),
+            ValueError,
+            "^src: expected a 2-D",
+        ),
+        (
+            torch.full((B, S), 11),
+            torch.randint(1, 13, (B, T)),
+            ValueError,
+            r"^src: expected token ids in \[0, 11\)",
+        ),
+        (
+            torch.randint(1, 11, (B, S)),
+            torch.full((B, T), -1),
+            ValueError,
+            "^tgt: expected token ids",
+        ),
+        (
+            torch.randint(1, 11, (B, S)),
+            torch.randint(1, 13, (B, 600)),
+            ValueError,
+            "^tgt: expected length <= max_len=512",
+        ),
+        (torch.randint(1, 11, (B, S)), torch.ones(B, T, dtype=torch.bool), TypeError, "^tgt:"),
+    ],
+)
+def test_transformer_rejects_bad_tokens(src, tgt, error, match):
+    with pytest.raises(error, match=match):
+        small_model()(src, tgt)
+
+
+def test_decode_and_stacks_reject_bad_input():
+    model = small_model()
+    with pytest.raises(ValueError, match="^memory: expected batch size equal to tgt's"):
+        model.decode(torch.randint(1, 13, (B, T)), torch.randn(B + 1, S, D_MODEL))
+    with pytest.raises(TypeError, match="^memory_mask:"):
+        model.decode(torch.randint(1, 13, (B, T)), torch.randn(B, S, D_MODEL), torch.ones(B, S))
+    with pytest.raises(ValueError, match="^x: expected feature size"):
+        model.encoder(torch.randn(B, S, D_MODEL + 2))
+    with pytest.raises(ValueError, match="^y: expected a 3-D"):
+        model.decoder(torch.randn(T, D_MODEL), torch.randn(B, S, D_MODEL))
+    with pytest.raises(TypeError, match="^mask:"):
+        model.encoder(torch.randn(B, S, D_MODEL), torch.ones(S, S))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"max_len": 0}, ValueError, "^max_len:"),
+        ({"max_len": 512}, ValueError, "^max_len: expected at most model.max_len - 1 = 511"),
+        ({"max_len": 2.0}, TypeError, "^max_len:"),
+        ({"bos_id": 13}, ValueError, "^bos_id:"),
+        ({"bos_id": PAD}, ValueError, "^bos_id: must differ from model.pad_id"),
+        ({"eos_id": "end"}, TypeError, "^eos_id:"),
+    ],
+)
+def test_greedy_decode_rejects_bad_arguments(kwargs, error, match):
+    args = {"max_len": 4, "bos_id": BOS, "eos_id": EOS, **kwargs}
+    with pytest.raises(error, match=match):
+        greedy_decode(small_model(), torch.randint(1, 11, (B, S)), **args)
+
+
+def test_greedy_decode_rejects_a_foreign_model_and_bad_source():
+    with pytest.raises(TypeError, match="^model: expected a Transformer, got Linear"):
+        greedy_decode(nn.Linear(2, 2), torch.randint(1, 11, (B, S)), 4, BOS, EOS)
+    with pytest.raises(TypeError, match="^src:"):
+        greedy_decode(small_model(), torch.randn(B, S), 4, BOS, EOS)
+
+
+def test_count_parameters_rejects_non_modules():
+    with pytest.raises(TypeError, match="^module:"):
+        count_parameters([torch.zeros(3)])
