@@ -1,7 +1,7 @@
 """Argument checks shared by the whole package.
 
-Every error names the argument, what was expected and what came, so a reader who passes the wrong thing
-learns what to fix without reading a stack trace from deep inside torch.
+Every error names the argument, what was expected and what came, so a reader who passes the wrong
+thing learns what to fix without reading a stack trace from deep inside torch.
 """
 
 from __future__ import annotations

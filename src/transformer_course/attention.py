@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from ._validation import (
     check_mask,
+    check_positive_float,
     check_positive_int,
     check_probability,
     check_same,
@@ -88,8 +89,7 @@ def scaled_dot_product_attention(
     _check_qkv(q, k, v)
     dropout_p = check_probability("dropout_p", dropout_p)
     d_k = q.shape[-1]
-    if scale is None:
-        scale = 1.0 / math.sqrt(d_k)
+    scale = 1.0 / math.sqrt(d_k) if scale is None else check_positive_float("scale", scale)
     # Step 1: similarity of every query with every key, one matrix multiply.
     # Scaling q first is the same maths with T*d_k multiplications instead of T*S.
     scores = (q * scale) @ k.transpose(-2, -1)  # (..., T, S)
@@ -107,7 +107,8 @@ def scaled_dot_product_attention(
 class MultiHeadAttention(nn.Module):
     """Multi-head attention: h scaled dot-product attentions in parallel subspaces.
 
-        MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
+        MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O
+        head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
 
     Args:
         d_model: model width; split into n_heads heads of d_k = d_model // n_heads.
@@ -140,7 +141,9 @@ class MultiHeadAttention(nn.Module):
         self.n_heads = n_heads
         self.d_k = d_model // n_heads
         self.dropout = check_probability("dropout", dropout)
-        self.scale = 1.0 / math.sqrt(self.d_k) if scale is None else float(scale)
+        self.scale = (
+            1.0 / math.sqrt(self.d_k) if scale is None else check_positive_float("scale", scale)
+        )
         self.score = score
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W^Q for all heads at once
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)  # W^K
@@ -160,7 +163,14 @@ class MultiHeadAttention(nn.Module):
             check_tensor(name, x, ndim=3, floating=True)
             check_same(name, x.shape[-1], self.d_model, "feature size d_model =")
             if x.shape[1] == 0:
-                raise ValueError(f"{name}: expected a non-empty sequence, got shape {tuple(x.shape)}")
+                raise ValueError(
+                    f"{name}: expected a non-empty sequence, got shape {tuple(x.shape)}"
+                )
+            if x.dtype != self.q_proj.weight.dtype:
+                raise TypeError(
+                    f"{name}: expected dtype {self.q_proj.weight.dtype} like the module's weights, "
+                    f"got {x.dtype} (convert the input, or the module with .to(dtype))"
+                )
         check_same("key", key.shape[0], query.shape[0], "batch size equal to query's")
         check_same("value", value.shape[0], query.shape[0], "batch size equal to query's")
         check_same("value", value.shape[1], key.shape[1], "length S equal to key's")

@@ -41,7 +41,8 @@ def padding_mask(lengths: Tensor | Sequence[int], max_len: int | None = None) ->
     if not isinstance(lengths, Tensor):
         if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Sequence):
             raise TypeError(
-                f"lengths: expected a 1-D tensor or a sequence of ints, got {type(lengths).__name__}"
+                "lengths: expected a 1-D tensor or a sequence of ints, "
+                f"got {type(lengths).__name__}"
             )
         if not all(isinstance(n, int) and not isinstance(n, bool) for n in lengths):
             raise TypeError(f"lengths: expected ints, got {list(lengths)!r}")

@@ -1,0 +1,240 @@
+"""Properties of attention that must hold for every shape, checked by hypothesis on random shapes.
+
+Everything runs in float64, so "does not change" can be checked to 1e-12 while any real leak of
+information would move the output by far more. Tensors come from a seed drawn by hypothesis, so a
+failing example is reproducible and shrinks to small shapes.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.testing import assert_close
+
+from transformer_course.attention import MultiHeadAttention, scaled_dot_product_attention
+from transformer_course.masks import causal_mask, padding_mask
+
+# Small shapes and few examples: the whole file runs in a few seconds.
+PROPERTY = settings(max_examples=25, deadline=None)
+UNCHANGED = {"rtol": 0.0, "atol": 1e-12}
+EQUAL64 = {"rtol": 1e-10, "atol": 1e-10}
+
+seeds = st.integers(0, 2**31 - 1)
+
+
+@st.composite
+def shapes(draw, max_len=6):
+    """B, h, T, S, d_k of one attention call."""
+    return (
+        draw(st.integers(1, 3)),
+        draw(st.integers(1, 3)),
+        draw(st.integers(1, max_len)),
+        draw(st.integers(1, max_len)),
+        draw(st.integers(1, 5)),
+    )
+
+
+# Mask layouts the package accepts, all broadcastable to (B, h, T, S).
+MASK_LAYOUTS = {
+    "(T, S)": lambda B, h, T, S: (T, S),
+    "(B, 1, 1, S)": lambda B, h, T, S: (B, 1, 1, S),
+    "(B, 1, T, S)": lambda B, h, T, S: (B, 1, T, S),
+    "(B, h, T, S)": lambda B, h, T, S: (B, h, T, S),
+}
+layouts = st.sampled_from(list(MASK_LAYOUTS))
+
+
+def random_mask(shape, seed, p_allowed, every_row=False):
+    """Boolean mask, True with probability p_allowed; every_row forces one allowed key per row."""
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.rand(shape, generator=generator) < p_allowed
+    if every_row:
+        keep = torch.randint(shape[-1], shape[:-1], generator=generator)
+        mask = mask.scatter(-1, keep.unsqueeze(-1), True)
+    return mask
+
+
+def make_mha(d_model, n_heads, seed):
+    torch.manual_seed(seed)
+    return MultiHeadAttention(d_model, n_heads).double().eval()
+
+
+# --------------------------------------------------------------------------- weights
+
+
+@PROPERTY
+@given(shapes(), layouts, st.floats(0.0, 1.0), seeds)
+def test_weights_are_non_negative_and_rows_sum_to_one_or_zero(randn64, shape, layout, p, seed):
+    B, h, T, S, d_k = shape
+    q, k, v = (
+        randn64(B, h, T, d_k, seed=seed),
+        randn64(B, h, S, d_k, seed=seed + 1),
+        randn64(B, h, S, 2, seed=seed + 2),
+    )
+    mask = random_mask(MASK_LAYOUTS[layout](B, h, T, S), seed, p)
+    output, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+
+    assert (weights >= 0).all()
+    any_allowed = mask.expand(B, h, T, S).any(dim=-1)  # (B, h, T)
+    assert_close(weights.sum(dim=-1), any_allowed.double(), **EQUAL64)
+    assert torch.equal(output[~any_allowed], torch.zeros_like(output[~any_allowed]))
+    assert not torch.isnan(output).any()
+
+
+@PROPERTY
+@given(shapes(), layouts, st.floats(0.0, 1.0), seeds)
+def test_masked_positions_get_exactly_zero_weight(randn64, shape, layout, p, seed):
+    B, h, T, S, d_k = shape
+    mask = random_mask(MASK_LAYOUTS[layout](B, h, T, S), seed, p)
+    blocked = ~mask.expand(B, h, T, S)
+
+    q, k, v = (randn64(B, h, n, d_k, seed=seed + i) for i, n in enumerate((T, S, S)))
+    _, weights = scaled_dot_product_attention(q * 10, k, v, mask=mask)  # large scores too
+    assert (weights[blocked] == 0).all()
+
+    mha = make_mha(h * d_k, h, seed)
+    x, memory = randn64(B, T, h * d_k, seed=seed), randn64(B, S, h * d_k, seed=seed + 1)
+    _, weights = mha(x, memory, memory, mask=mask)
+    assert (weights[blocked] == 0).all()
+
+
+@PROPERTY
+@given(shapes(), layouts, st.floats(0.2, 1.0), seeds)
+def test_function_equals_torch_on_random_shapes(randn64, shape, layout, p, seed):
+    B, h, T, S, d_k = shape
+    q, k, v = (randn64(B, h, n, d_k, seed=seed + i) for i, n in enumerate((T, S, S)))
+    mask = random_mask(MASK_LAYOUTS[layout](B, h, T, S), seed, p, every_row=True)
+    ours, _ = scaled_dot_product_attention(q, k, v, mask=mask)
+    assert_close(ours, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), **EQUAL64)
+
+
+# --------------------------------------------------------------------------- causality
+
+
+@PROPERTY
+@given(shapes(), seeds, st.data())
+def test_causal_function_output_ignores_the_future(randn64, shape, seed, data):
+    B, h, T, _, d_k = shape
+    t = data.draw(st.integers(0, T - 1), label="t")
+    q, k, v = (randn64(B, h, T, d_k, seed=seed + i) for i in range(3))
+    output, _ = scaled_dot_product_attention(q, k, v, mask=causal_mask(T))
+
+    future = randn64(3, B, h, T, d_k, seed=seed + 3)
+    changed = [x.clone() for x in (q, k, v)]
+    for x, noise in zip(changed, future, strict=True):
+        x[..., t + 1 :, :] += noise[..., t + 1 :, :]  # change every input after t
+    changed_output, _ = scaled_dot_product_attention(*changed, mask=causal_mask(T))
+    assert_close(changed_output[..., : t + 1, :], output[..., : t + 1, :], **UNCHANGED)
+
+
+@PROPERTY
+@given(shapes(), seeds, st.booleans(), st.data())
+def test_causal_mha_output_ignores_the_future(randn64, shape, seed, need_weights, data):
+    B, h, T, _, d_k = shape
+    t = data.draw(st.integers(0, T - 1), label="t")
+    mha = make_mha(h * d_k, h, seed)
+    x = randn64(B, T, h * d_k, seed=seed)
+    output, _ = mha(x, x, x, mask=causal_mask(T), need_weights=need_weights)
+
+    changed = x.clone()
+    changed[:, t + 1 :] += randn64(B, T, h * d_k, seed=seed + 1)[:, t + 1 :]
+    changed_output, _ = mha(
+        changed, changed, changed, mask=causal_mask(T), need_weights=need_weights
+    )
+    assert_close(changed_output[:, : t + 1], output[:, : t + 1], **UNCHANGED)
+    if t + 1 < T:  # and the test can fail: later positions do see the change
+        assert not torch.allclose(changed_output[:, t + 1 :], output[:, t + 1 :])
+
+
+# --------------------------------------------------------------------------- permutations
+
+
+@PROPERTY
+@given(shapes(), seeds, st.booleans())
+def test_self_attention_without_positions_is_permutation_equivariant(
+    randn64, shape, seed, need_weights
+):
+    B, h, T, _, d_k = shape
+    mha = make_mha(h * d_k, h, seed)
+    x = randn64(B, T, h * d_k, seed=seed)
+    perm = torch.randperm(T, generator=torch.Generator().manual_seed(seed))
+
+    output, weights = mha(x, x, x)
+    permuted_output, permuted_weights = mha(
+        x[:, perm], x[:, perm], x[:, perm], need_weights=need_weights
+    )
+    assert_close(permuted_output, output[:, perm], **EQUAL64)
+    if need_weights:
+        assert_close(permuted_weights, weights[:, :, perm][:, :, :, perm], **EQUAL64)
+
+
+@PROPERTY
+@given(shapes(), seeds)
+def test_function_is_equivariant_in_queries_and_invariant_in_key_value_pairs(randn64, shape, seed):
+    B, h, T, S, d_k = shape
+    q, k, v = (randn64(B, h, n, d_k, seed=seed + i) for i, n in enumerate((T, S, S)))
+    generator = torch.Generator().manual_seed(seed)
+    query_perm, key_perm = (
+        torch.randperm(T, generator=generator),
+        torch.randperm(S, generator=generator),
+    )
+
+    output, _ = scaled_dot_product_attention(q, k, v)
+    permuted, _ = scaled_dot_product_attention(
+        q[..., query_perm, :], k[..., key_perm, :], v[..., key_perm, :]
+    )
+    assert_close(permuted, output[..., query_perm, :], **EQUAL64)
+
+
+# --------------------------------------------------------------------------- fused path
+
+
+@PROPERTY
+@given(shapes(), st.sampled_from([None, *MASK_LAYOUTS]), st.floats(0.0, 1.0), seeds)
+def test_fused_path_equals_explicit_path(randn64, shape, layout, p, seed):
+    B, h, T, S, d_k = shape
+    mha = make_mha(h * d_k, h, seed)
+    query, memory = randn64(B, T, h * d_k, seed=seed), randn64(B, S, h * d_k, seed=seed + 1)
+    mask = None if layout is None else random_mask(MASK_LAYOUTS[layout](B, h, T, S), seed, p)
+
+    explicit, _ = mha(query, memory, memory, mask=mask, need_weights=True)
+    fused, _ = mha(query, memory, memory, mask=mask, need_weights=False)
+    assert not torch.isnan(fused).any()
+    assert_close(fused, explicit, **EQUAL64)
+
+
+# --------------------------------------------------------------------------- padding
+
+
+@PROPERTY
+@given(shapes(), seeds, st.booleans(), st.data())
+def test_padding_real_positions_ignore_pad_inputs(randn64, shape, seed, need_weights, data):
+    B, h, T, _, d_k = shape
+    lengths = data.draw(st.lists(st.integers(1, T), min_size=B, max_size=B), label="lengths")
+    mha = make_mha(h * d_k, h, seed)
+    mask = padding_mask(lengths, max_len=T)  # (B, 1, 1, T)
+    real = mask[:, 0, 0, :]  # (B, T)
+
+    x = randn64(B, T, h * d_k, seed=seed)
+    output, _ = mha(x, x, x, mask=mask, need_weights=need_weights)
+    changed = torch.where(real[..., None], x, randn64(B, T, h * d_k, seed=seed + 1))
+    changed_output, _ = mha(changed, changed, changed, mask=mask, need_weights=need_weights)
+    assert_close(changed_output[real], output[real], **UNCHANGED)
+
+
+@PROPERTY
+@given(shapes(), seeds, st.booleans(), st.data())
+def test_padding_cross_attention_ignores_pad_memory(randn64, shape, seed, need_weights, data):
+    B, h, T, S, d_k = shape
+    lengths = data.draw(st.lists(st.integers(1, S), min_size=B, max_size=B), label="lengths")
+    mha = make_mha(h * d_k, h, seed)
+    mask = padding_mask(lengths, max_len=S)  # (B, 1, 1, S)
+    real = mask[:, 0, 0, :, None]  # (B, S, 1)
+
+    query, memory = randn64(B, T, h * d_k, seed=seed), randn64(B, S, h * d_k, seed=seed + 1)
+    output, _ = mha(query, memory, memory, mask=mask, need_weights=need_weights)
+    changed = torch.where(real, memory, randn64(B, S, h * d_k, seed=seed + 2))
+    changed_output, _ = mha(query, changed, changed, mask=mask, need_weights=need_weights)
+    assert_close(changed_output, output, **UNCHANGED)
