@@ -1,0 +1,799 @@
+"""Figures for the book: inline-SVG renderers for widget frames, matplotlib helpers for the rest.
+
+Widget frames (see `widgets.Explorer`) are small HTML/SVG strings, precomputed for every control
+setting and switched in the browser. The renderers here are deterministic: every number written
+into the SVG is rounded, colours come from a fixed colour map, and nothing random (ids, dates) is
+emitted, so re-executing a notebook gives the same bytes. Every SVG carries `role="img"`, an
+`aria-label` and a `<title>` so screen readers announce what it shows.
+
+Static figures use `heatmap` and `line_plot`, which accept an existing `Axes` or make their own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from html import escape
+
+import matplotlib
+import matplotlib.ticker
+import numpy as np
+import torch
+from matplotlib.colors import to_hex
+
+# tableau-colorblind10: the colour cycle of the whole book (see notebook.setup).
+BLUE = "#006BA4"
+ORANGE = "#FF800E"
+GREY = "#595959"
+DARK = "#1a1a1a"
+FONT = "DejaVu Sans, Verdana, Arial, sans-serif"
+ALLOWED_CMAPS = ("viridis", "cividis")
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def _num(x: float) -> str:
+    """A coordinate for SVG: at most one decimal, no trailing zeros, so output is deterministic."""
+    text = f"{float(x):.1f}"
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _attr(text: str) -> str:
+    return escape(str(text), quote=True)
+
+
+def _as_matrix(name: str, matrix: object) -> np.ndarray:
+    if isinstance(matrix, torch.Tensor):
+        matrix = matrix.detach().cpu().double().numpy()
+    array = np.asarray(matrix, dtype=float)
+    if array.ndim != 2:
+        raise ValueError(f"{name}: expected a 2-D matrix, got shape {array.shape}")
+    if array.size == 0:
+        raise ValueError(f"{name}: expected a non-empty matrix, got shape {array.shape}")
+    if not np.isfinite(array).all():
+        raise ValueError(f"{name}: contains NaN or infinite values")
+    return array
+
+
+def _as_vector(name: str, values: object) -> np.ndarray:
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().double().numpy()
+    array = np.asarray(values, dtype=float)
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError(f"{name}: expected a non-empty 1-D sequence, got shape {array.shape}")
+    if not np.isfinite(array).all():
+        raise ValueError(f"{name}: contains NaN or infinite values")
+    return array
+
+
+def _check_labels(name: str, labels: Sequence[str], n: int) -> list[str]:
+    labels = [str(label) for label in labels]
+    if len(labels) != n:
+        raise ValueError(f"{name}: expected {n} labels, got {len(labels)}")
+    return labels
+
+
+def _check_cmap(cmap: str) -> str:
+    if cmap not in ALLOWED_CMAPS:
+        raise ValueError(f"cmap: expected one of {list(ALLOWED_CMAPS)}, got {cmap!r}")
+    return cmap
+
+
+def colour(value: float, vmin: float = 0.0, vmax: float = 1.0, cmap: str = "viridis") -> str:
+    """Hex colour of `value` on the colour map, quantised to 256 levels (deterministic)."""
+    _check_cmap(cmap)
+    if not vmax > vmin:
+        raise ValueError(f"vmax: expected a value greater than vmin={vmin}, got {vmax}")
+    t = (float(value) - vmin) / (vmax - vmin)
+    level = int(round(min(max(t, 0.0), 1.0) * 255))
+    return to_hex(matplotlib.colormaps[cmap](level), keep_alpha=False)
+
+
+def text_colour(background: str) -> str:
+    """Black or white, whichever reads better on `background` (WCAG relative luminance)."""
+    r, g, b = (int(background[i : i + 2], 16) / 255 for i in (1, 3, 5))
+
+    def lin(c: float) -> float:
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    luminance = 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b)
+    # Contrast with white is (1.05)/(L+0.05), with black (L+0.05)/0.05: pick the larger.
+    return "#000" if (luminance + 0.05) / 0.05 > 1.05 / (luminance + 0.05) else "#fff"
+
+
+def _text_width(text: str, font_size: float) -> float:
+    """Rough rendered width of `text` (average glyph ~0.6 em), enough for layout."""
+    return 0.6 * font_size * len(text)
+
+
+def _svg_open(width: float, height: float, label: str) -> str:
+    label = _attr(label)
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_num(width)}" height="{_num(height)}" '
+        f'viewBox="0 0 {_num(width)} {_num(height)}" role="img" aria-label="{label}" '
+        f'font-family="{FONT}"><title>{label}</title>'
+    )
+
+
+def _format(value: float, decimals: int) -> str:
+    text = f"{value:.{decimals}f}"
+    return "0" + text[2:] if text.startswith("-0") and float(text) == 0 else text
+
+
+# --------------------------------------------------------------------------- SVG renderers
+
+
+def svg_heatmap(
+    matrix: object,
+    row_labels: Sequence[str],
+    col_labels: Sequence[str],
+    *,
+    title: str | None = None,
+    highlight_row: int | None = None,
+    vmin: float = 0.0,
+    vmax: float = 1.0,
+    cmap: str = "viridis",
+    decimals: int = 2,
+    show_values: bool | None = None,
+    cell: int = 30,
+    highlight_col: int | None = None,
+    row_axis: str = "query",
+    col_axis: str = "key",
+    description: str | None = None,
+) -> str:
+    """A matrix as an inline SVG heatmap: tokens on both axes, values printed in the cells.
+
+    Args:
+        matrix: (rows, cols) numbers, e.g. attention weights (T, S).
+        row_labels, col_labels: one label per row/column (query and key tokens).
+        title: shown above the grid and used for the accessible name.
+        highlight_row: index of a row to outline (the query being explored), or None.
+        vmin, vmax: the values mapped to the ends of the colour map.
+        cmap: "viridis" or "cividis" (colour-blind-safe, readable in grey).
+        decimals: digits printed in the cells.
+        show_values: print values in the cells; default True when the cells are wide enough.
+        cell: cell size in pixels.
+        highlight_col: index of a column to outline (e.g. one dimension pair), or None.
+        row_axis, col_axis: names of the axes, shown in the top-left corner.
+        description: accessible description; default built from the title and the shape.
+
+    Returns:
+        An `<svg>` string of a few kB.
+    """
+    m = _as_matrix("matrix", matrix)
+    rows, cols = m.shape
+    row_labels = _check_labels("row_labels", row_labels, rows)
+    col_labels = _check_labels("col_labels", col_labels, cols)
+    _check_cmap(cmap)
+    if highlight_row is not None and not (0 <= highlight_row < rows):
+        raise ValueError(f"highlight_row: expected an index in [0, {rows}), got {highlight_row}")
+    if highlight_col is not None and not (0 <= highlight_col < cols):
+        raise ValueError(f"highlight_col: expected an index in [0, {cols}), got {highlight_col}")
+    label_size, value_size = 12, 10
+    if show_values is None:
+        widest = max(_text_width(_format(x, decimals), value_size) for x in m.flat)
+        show_values = widest <= cell - 4
+    corner = f"{row_axis} \\ {col_axis}"
+    left = (
+        10 + max(max(_text_width(t, label_size) for t in row_labels), _text_width(corner, 10)) + 6
+    )
+    col_width = max(_text_width(t, label_size) for t in col_labels)
+    rotate = col_width > cell - 2
+    col_band = (col_width * 0.72 + 12) if rotate else 18
+    top = (22 if title else 4) + col_band + 14
+    width = left + cols * cell + 10
+    height = top + rows * cell + 8
+
+    label = description or (
+        f"{title or 'Heatmap'}: {rows} by {cols} matrix, rows are {row_axis} "
+        f"({', '.join(row_labels)}), columns are {col_axis}"
+    )
+    out = [_svg_open(width, height, label)]
+    if title:
+        out.append(
+            f'<text x="{_num(left)}" y="15" font-size="13" font-weight="bold" fill="{DARK}">'
+            f"{escape(title)}</text>"
+        )
+    # Axis names in the corner: "query \ key" reads as "rows are queries, columns are keys".
+    out.append(
+        f'<text x="{_num(left - 6)}" y="{_num(top - 4)}" font-size="10" text-anchor="end" '
+        f'fill="{GREY}">{escape(corner)}</text>'
+    )
+    out.append(f'<g font-size="{label_size}" fill="{DARK}">')
+    for j, text in enumerate(col_labels):
+        x = left + (j + 0.5) * cell
+        bold = ' font-weight="bold"' if j == highlight_col else ""
+        if rotate:
+            y = top - 6
+            place = f'transform="translate({_num(x)},{_num(y)}) rotate(-45)"{bold}'
+            out.append(f"<text {place}>{escape(text)}</text>")
+        else:
+            place = f'x="{_num(x)}" y="{_num(top - 6)}" text-anchor="middle"{bold}'
+            out.append(f"<text {place}>{escape(text)}</text>")
+    for i, text in enumerate(row_labels):
+        y = top + (i + 0.5) * cell + 4
+        bold = ' font-weight="bold"' if i == highlight_row else ""
+        place = f'x="{_num(left - 6)}" y="{_num(y)}" text-anchor="end"{bold}'
+        out.append(f"<text {place}>{escape(text)}</text>")
+    out.append("</g>")
+
+    fills = [[colour(m[i, j], vmin, vmax, cmap) for j in range(cols)] for i in range(rows)]
+    out.append("<g>")
+    for i in range(rows):
+        for j in range(cols):
+            out.append(
+                f'<rect x="{_num(left + j * cell)}" y="{_num(top + i * cell)}" width="{cell}" '
+                f'height="{cell}" fill="{fills[i][j]}"/>'
+            )
+    out.append("</g>")
+    if show_values:
+        # Group the cell texts by colour so each <text> carries only its position and value.
+        for ink in ("#000", "#fff"):
+            cells = [
+                (i, j) for i in range(rows) for j in range(cols) if text_colour(fills[i][j]) == ink
+            ]
+            if not cells:
+                continue
+            out.append(f'<g font-size="{value_size}" text-anchor="middle" fill="{ink}">')
+            for i, j in cells:
+                out.append(
+                    f'<text x="{_num(left + (j + 0.5) * cell)}" '
+                    f'y="{_num(top + (i + 0.5) * cell + 3.5)}">{_format(m[i, j], decimals)}</text>'
+                )
+            out.append("</g>")
+    if highlight_row is not None:
+        # Black outside, white inside: visible on both ends of the colour map.
+        y = top + highlight_row * cell
+        w = cols * cell
+        out.append(
+            f'<rect x="{_num(left - 1.5)}" y="{_num(y - 1.5)}" width="{_num(w + 3)}" '
+            f'height="{cell + 3}" fill="none" stroke="#000" stroke-width="3"/>'
+            f'<rect x="{_num(left + 1)}" y="{_num(y + 1)}" width="{_num(w - 2)}" '
+            f'height="{cell - 2}" fill="none" stroke="#fff" stroke-width="1.5"/>'
+        )
+    if highlight_col is not None:
+        x = left + highlight_col * cell
+        h = rows * cell
+        out.append(
+            f'<rect x="{_num(x - 1.5)}" y="{_num(top - 1.5)}" width="{cell + 3}" '
+            f'height="{_num(h + 3)}" fill="none" stroke="#000" stroke-width="3"/>'
+            f'<rect x="{_num(x + 1)}" y="{_num(top + 1)}" width="{cell - 2}" '
+            f'height="{_num(h - 2)}" fill="none" stroke="#fff" stroke-width="1.5"/>'
+        )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def svg_bars(
+    values: object,
+    labels: Sequence[str],
+    *,
+    title: str | None = None,
+    vmax: float | None = None,
+    highlight: int | None = None,
+    decimals: int = 2,
+    bar_length: int = 170,
+    row_height: int = 20,
+    description: str | None = None,
+) -> str:
+    """Horizontal bars with a label on the left and the value on the right (e.g. weights).
+
+    Args:
+        values: one non-negative number per bar.
+        labels: one label per bar (tokens).
+        title: shown above the bars and used for the accessible name.
+        vmax: value of a full-length bar; default max(1, largest value), so weights in [0, 1]
+            keep the same scale from frame to frame.
+        highlight: index of a bar drawn in the accent colour, or None.
+        decimals: digits of the printed values.
+        bar_length, row_height: sizes in pixels.
+        description: accessible description; default lists label=value pairs.
+    """
+    v = _as_vector("values", values)
+    labels = _check_labels("labels", labels, v.size)
+    if (v < 0).any():
+        raise ValueError(f"values: expected non-negative values, got min {v.min():.4g}")
+    if highlight is not None and not (0 <= highlight < v.size):
+        raise ValueError(f"highlight: expected an index in [0, {v.size}), got {highlight}")
+    if vmax is None:
+        vmax = max(1.0, float(v.max()))
+    if not vmax > 0:
+        raise ValueError(f"vmax: expected a positive number, got {vmax}")
+
+    font = 12
+    left = 10 + max(_text_width(t, font) for t in labels) + 8
+    top = 24 if title else 6
+    value_width = _text_width(_format(vmax, decimals), font) + 12
+    width = left + bar_length + value_width
+    height = top + v.size * row_height + 6
+    label = description or (
+        f"{title or 'Bar chart'}: "
+        + ", ".join(f"{t} {_format(x, decimals)}" for t, x in zip(labels, v, strict=True))
+    )
+    out = [_svg_open(width, height, label)]
+    if title:
+        out.append(
+            f'<text x="{_num(left)}" y="15" font-size="13" font-weight="bold" fill="{DARK}">'
+            f"{escape(title)}</text>"
+        )
+    out.append(
+        f'<line x1="{_num(left)}" y1="{top - 2}" x2="{_num(left)}" '
+        f'y2="{_num(top + v.size * row_height)}" stroke="{GREY}"/>'
+    )
+    out.append(f'<g font-size="{font}" fill="{DARK}">')
+    for i, (text, x) in enumerate(zip(labels, v, strict=True)):
+        y = top + i * row_height
+        length = bar_length * min(float(x) / vmax, 1.0)
+        fill = ORANGE if i == highlight else BLUE
+        weight = ' font-weight="bold"' if i == highlight else ""
+        out.append(
+            f'<text x="{_num(left - 6)}" y="{_num(y + row_height * 0.5 + 4)}" '
+            f'text-anchor="end"{weight}>{escape(text)}</text>'
+            f'<rect x="{_num(left)}" y="{_num(y + 3)}" width="{_num(length)}" '
+            f'height="{row_height - 6}" fill="{fill}"/>'
+            f'<text x="{_num(left + length + 4)}" y="{_num(y + row_height * 0.5 + 4)}">'
+            f"{_format(x, decimals)}</text>"
+        )
+    out.append("</g></svg>")
+    return "".join(out)
+
+
+def svg_line(
+    x: Sequence[float],
+    y: Sequence[float],
+    *,
+    marker: int | None = None,
+    title: str | None = None,
+    xlabel: str = "",
+    ylabel: str = "",
+    logx: bool = False,
+    ymin: float | None = None,
+    ymax: float | None = None,
+    width: int = 240,
+    height: int = 150,
+    decimals: int = 2,
+    description: str | None = None,
+) -> str:
+    """A small line chart with an optional marked point (where the widget's slider is).
+
+    Args:
+        x, y: the curve (same length, x increasing; x > 0 when logx).
+        marker: index of the point to mark, or None.
+        title, xlabel, ylabel: texts; the title is also the accessible name.
+        logx: logarithmic x axis.
+        ymin, ymax: y range; default the data range.
+        width, height: size in pixels.
+        decimals: digits of the printed axis limits and marked value.
+    """
+    xs, ys = _as_vector("x", x), _as_vector("y", y)
+    if xs.size != ys.size:
+        raise ValueError(f"y: expected {xs.size} values like x, got {ys.size}")
+    if xs.size < 2 or not (np.diff(xs) > 0).all():
+        raise ValueError("x: expected at least two strictly increasing values")
+    if logx and not (xs > 0).all():
+        raise ValueError(f"x: expected positive values with logx=True, got min {xs.min():.4g}")
+    if marker is not None and not (0 <= marker < xs.size):
+        raise ValueError(f"marker: expected an index in [0, {xs.size}), got {marker}")
+    lo = float(ys.min()) if ymin is None else ymin
+    hi = float(ys.max()) if ymax is None else ymax
+    if not hi > lo:
+        hi = lo + 1.0
+
+    left, right, top, bottom = 44, 18, (22 if title else 8), 30
+    plot_w, plot_h = width - left - right, height - top - bottom
+    tx = np.log(xs) if logx else xs
+
+    def px(i: int) -> float:
+        return left + plot_w * (tx[i] - tx[0]) / (tx[-1] - tx[0])
+
+    def py(value: float) -> float:
+        return top + plot_h * (1 - (min(max(value, lo), hi) - lo) / (hi - lo))
+
+    label = description or f"{title or 'Line chart'}: {ylabel} against {xlabel}"
+    out = [_svg_open(width, height, label)]
+    if title:
+        out.append(
+            f'<text x="{left}" y="15" font-size="13" font-weight="bold" fill="{DARK}">'
+            f"{escape(title)}</text>"
+        )
+    out.append(
+        f'<path d="M{left},{top}V{top + plot_h}H{left + plot_w}" fill="none" stroke="{GREY}"/>'
+    )
+    points = " ".join(f"{_num(px(i))},{_num(py(ys[i]))}" for i in range(xs.size))
+    out.append(f'<polyline points="{points}" fill="none" stroke="{BLUE}" stroke-width="2"/>')
+    out.append(f'<g font-size="10" fill="{DARK}">')
+    out.append(
+        f'<text x="{left - 4}" y="{top + 4}" text-anchor="end">{_format(hi, decimals)}</text>'
+        f'<text x="{left - 4}" y="{top + plot_h}" text-anchor="end">{_format(lo, decimals)}</text>'
+        f'<text x="{left}" y="{top + plot_h + 12}" text-anchor="middle">'
+        f"{xs[0]:g}</text>"
+        f'<text x="{left + plot_w}" y="{top + plot_h + 12}" text-anchor="middle">'
+        f"{xs[-1]:g}</text>"
+        f'<text x="{_num(left + plot_w / 2)}" y="{height - 4}" text-anchor="middle">'
+        f"{escape(xlabel)}{' (log scale)' if logx else ''}</text>"
+        f'<text transform="translate(10,{_num(top + plot_h / 2)}) rotate(-90)" '
+        f'text-anchor="middle">{escape(ylabel)}</text>'
+    )
+    out.append("</g>")
+    if marker is not None:
+        cx, cy = px(marker), py(ys[marker])
+        out.append(
+            f'<circle cx="{_num(cx)}" cy="{_num(cy)}" r="5" fill="{ORANGE}" stroke="#000"/>'
+            f'<text x="{_num(min(cx + 7, width - 40))}" y="{_num(max(cy - 7, top + 8))}" '
+            f'font-size="10" fill="{DARK}">{_format(ys[marker], decimals)}</text>'
+        )
+    out.append("</svg>")
+    return "".join(out)
+
+
+# Colours of 2-D vector diagrams, in order: tableau-colorblind10 without its lightest greys.
+VECTOR_COLOURS = (BLUE, ORANGE, GREY, "#5F9ED1", "#C85200", "#898989")
+
+
+def svg_vectors(
+    vectors: object,
+    labels: Sequence[str],
+    *,
+    colours: Sequence[str] | None = None,
+    highlight: int | None = None,
+    extent: float | None = None,
+    circle: float | None = None,
+    title: str | None = None,
+    size: int = 220,
+    description: str | None = None,
+) -> str:
+    """2-D vectors as arrows from the origin, each labelled at its tip (e.g. a query and keys).
+
+    Args:
+        vectors: (n, 2) coordinates; y points up, as in a maths textbook.
+        labels: one short label per vector, written beyond its tip.
+        colours: one colour per vector; default VECTOR_COLOURS in order.
+        highlight: index of a vector drawn thicker (the one a widget control moves), or None.
+        extent: the square [-extent, extent]^2 that is drawn; default 1.15 x the longest vector,
+            so pass it to keep the scale fixed from frame to frame.
+        circle: radius of a dashed reference circle (e.g. 1 for the unit circle), or None.
+        title: shown above the diagram and used for the accessible name.
+        size: width and height of the drawing area in pixels.
+        description: accessible description; default lists each label with its coordinates.
+    """
+    v = _as_matrix("vectors", vectors)
+    if v.shape[1] != 2:
+        raise ValueError(f"vectors: expected shape (n, 2), got {v.shape}")
+    n = v.shape[0]
+    labels = _check_labels("labels", labels, n)
+    colours = list(colours) if colours is not None else [
+        VECTOR_COLOURS[i % len(VECTOR_COLOURS)] for i in range(n)
+    ]  # fmt: skip
+    if len(colours) != n:
+        raise ValueError(f"colours: expected {n} colours, got {len(colours)}")
+    if highlight is not None and not (0 <= highlight < n):
+        raise ValueError(f"highlight: expected an index in [0, {n}), got {highlight}")
+    longest = float(np.sqrt((v**2).sum(axis=1)).max())
+    if extent is None:
+        extent = 1.15 * max(longest, circle or 0.0, 1e-9)
+    if not extent > 0:
+        raise ValueError(f"extent: expected a positive number, got {extent}")
+    if circle is not None and not circle > 0:
+        raise ValueError(f"circle: expected a positive radius or None, got {circle}")
+
+    top = 22 if title else 4
+    pad = 8
+    width, height = size + 2 * pad, top + size + 2 * pad
+    ox, oy = pad + size / 2, top + pad + size / 2  # the origin, in pixels
+    unit = size / (2 * extent)  # pixels per data unit
+
+    def px(x: float, y: float) -> tuple[float, float]:
+        return ox + unit * x, oy - unit * y
+
+    label = description or (
+        f"{title or 'Vectors'}: "
+        + ", ".join(
+            f"{t} ({_format(x, 2)}, {_format(y, 2)})" for t, (x, y) in zip(labels, v, strict=True)
+        )
+    )
+    out = [_svg_open(width, height, label)]
+    if title:
+        out.append(
+            f'<text x="{pad}" y="15" font-size="13" font-weight="bold" fill="{DARK}">'
+            f"{escape(title)}</text>"
+        )
+    # Axes through the origin, light, and the reference circle.
+    out.append(
+        f'<path d="M{_num(pad)},{_num(oy)}H{_num(pad + size)}M{_num(ox)},{_num(top + pad)}'
+        f'V{_num(top + pad + size)}" stroke="#CFCFCF" fill="none"/>'
+    )
+    if circle is not None:
+        out.append(
+            f'<circle cx="{_num(ox)}" cy="{_num(oy)}" r="{_num(unit * circle)}" fill="none" '
+            f'stroke="{GREY}" stroke-dasharray="3 3"/>'
+        )
+    for i, ((x, y), text, ink) in enumerate(zip(v, labels, colours, strict=True)):
+        length = math.hypot(x, y)
+        tip_x, tip_y = px(x, y)
+        thick = 3.5 if i == highlight else 2.0
+        if length * unit < 1.0:  # a (nearly) zero vector: a dot at the origin
+            out.append(f'<circle cx="{_num(ox)}" cy="{_num(oy)}" r="3" fill="{ink}"/>')
+            ux, uy = 1.0, 0.0
+        else:
+            ux, uy = x / length, -y / length  # direction in pixel space (y down)
+            head = min(10.0, 0.5 * length * unit)
+            # The shaft stops where the arrowhead starts, so the tip stays sharp.
+            base_x, base_y = tip_x - head * ux, tip_y - head * uy
+            out.append(
+                f'<line x1="{_num(ox)}" y1="{_num(oy)}" x2="{_num(base_x)}" y2="{_num(base_y)}" '
+                f'stroke="{ink}" stroke-width="{thick}"/>'
+            )
+            wing_x, wing_y = -uy * head * 0.45, ux * head * 0.45
+            out.append(
+                f'<polygon points="{_num(tip_x)},{_num(tip_y)} '
+                f"{_num(base_x + wing_x)},{_num(base_y + wing_y)} "
+                f'{_num(base_x - wing_x)},{_num(base_y - wing_y)}" fill="{ink}"/>'
+            )
+        # The label just beyond the tip, kept inside the drawing.
+        lx = min(max(tip_x + 12 * ux, pad + 2), width - pad - _text_width(text, 12))
+        ly = min(max(tip_y + 12 * uy + 4, top + 12), height - 4)
+        anchor = "end" if ux < -0.3 else "start"
+        if anchor == "end":
+            lx = max(tip_x + 12 * ux, pad + _text_width(text, 12))
+        bold = ' font-weight="bold"' if i == highlight else ""
+        out.append(
+            f'<text x="{_num(lx)}" y="{_num(ly)}" font-size="12" fill="{ink}" '
+            f'text-anchor="{anchor}"{bold}>{escape(text)}</text>'
+        )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def readout(
+    items: Mapping[str, str] | Sequence[tuple[str, str]], *, title: str | None = None
+) -> str:
+    """A small two-column table of named numbers (e.g. entropy, largest weight) as HTML."""
+    pairs = list(items.items()) if isinstance(items, Mapping) else list(items)
+    rows = "".join(
+        f'<tr><th scope="row" style="text-align:left;padding:1px 10px 1px 0;font-weight:normal">'
+        f'{escape(str(k))}</th><td style="text-align:right;font-variant-numeric:tabular-nums">'
+        f"{escape(str(v))}</td></tr>"
+        for k, v in pairs
+    )
+    caption = (
+        f'<caption style="text-align:left;font-weight:bold">{escape(title)}</caption>'
+        if title
+        else ""
+    )
+    return f'<table style="font-size:13px;border-collapse:collapse">{caption}{rows}</table>'
+
+
+def table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    *,
+    title: str | None = None,
+    highlight_row: int | None = None,
+) -> str:
+    """A small HTML table with a header row; each row's first cell is its label (e.g. a token).
+
+    Args:
+        header: one heading per column, the first one for the label column.
+        rows: one sequence of cells per row, as long as `header`; cells are shown with str(),
+            so format numbers before (e.g. "0.12 → 1.00").
+        title: an optional caption above the table.
+        highlight_row: index of a row shown in bold, or None.
+    """
+    header = [str(h) for h in header]
+    if not header:
+        raise ValueError("header: expected at least one column heading, got none")
+    rows = [list(row) for row in rows]
+    for i, row in enumerate(rows):
+        if len(row) != len(header):
+            raise ValueError(f"rows[{i}]: expected {len(header)} cells like header, got {len(row)}")
+    if highlight_row is not None and not (0 <= highlight_row < len(rows)):
+        raise ValueError(
+            f"highlight_row: expected an index in [0, {len(rows)}), got {highlight_row}"
+        )
+    pad = "padding:1px 8px"
+    head = "".join(
+        f'<th scope="col" style="{pad};text-align:{"left" if j == 0 else "right"};'
+        f'border-bottom:1px solid {GREY}">{escape(h)}</th>'
+        for j, h in enumerate(header)
+    )
+    body = []
+    for i, row in enumerate(rows):
+        weight = "bold" if i == highlight_row else "normal"
+        cells = f'<th scope="row" style="{pad};text-align:left;font-weight:{weight}">'
+        cells += f"{escape(str(row[0]))}</th>"
+        cells += "".join(
+            f'<td style="{pad};text-align:right;font-weight:{weight}">{escape(str(c))}</td>'
+            for c in row[1:]
+        )
+        body.append(f"<tr>{cells}</tr>")
+    caption = (
+        f'<caption style="text-align:left;font-weight:bold">{escape(title)}</caption>'
+        if title
+        else ""
+    )
+    return (
+        f'<table style="font-size:13px;border-collapse:collapse;'
+        f'font-variant-numeric:tabular-nums">{caption}<thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
+
+
+def frame(*parts: str, caption: str | None = None) -> str:
+    """Compose SVG/HTML parts side by side (wrapping on narrow screens), with a caption below."""
+    if not parts:
+        raise ValueError("parts: expected at least one SVG/HTML string, got none")
+    for i, part in enumerate(parts):
+        if not isinstance(part, str):
+            raise TypeError(f"parts[{i}]: expected an SVG/HTML string, got {type(part).__name__}")
+    body = "".join(f"<div>{part}</div>" for part in parts)
+    figcaption = (
+        f'<figcaption style="font-size:13px;margin-top:4px;text-align:left;color:{DARK}">'
+        f"{escape(caption)}"
+        "</figcaption>"
+        if caption
+        else ""
+    )
+    return (
+        '<figure style="margin:0"><div style="display:flex;flex-wrap:wrap;gap:14px;'
+        f'align-items:flex-start">{body}</div>{figcaption}</figure>'
+    )
+
+
+# --------------------------------------------------------------------------- matplotlib figures
+
+
+def _axes(ax, figsize: tuple[float, float]):
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=figsize, layout="constrained")
+    return ax
+
+
+@matplotlib.ticker.FuncFormatter
+def _plain_numbers(value: float, _position: int) -> str:
+    return f"{value:g}"
+
+
+def add_caption(fig, text: str) -> None:
+    """Write a caption under a figure (what to see in it), wrapped to the figure's width."""
+    fig.text(0.5, -0.01, text, ha="center", va="top", wrap=True, fontsize=10, color=GREY)
+
+
+def heatmap(
+    ax,
+    matrix: object,
+    row_labels: Sequence[str],
+    col_labels: Sequence[str],
+    title: str | None = None,
+    cmap: str = "viridis",
+    *,
+    vmin: float = 0.0,
+    vmax: float = 1.0,
+    annotate: bool = True,
+    decimals: int = 2,
+    xlabel: str = "key",
+    ylabel: str = "query",
+    colorbar: bool = True,
+    caption: str | None = None,
+    tick_every: int | tuple[int, int] = 1,
+    aspect: str = "equal",
+):
+    """A labelled heatmap (e.g. attention weights) on `ax`, or on a new figure when ax is None.
+
+    Args:
+        ax: a matplotlib Axes or None.
+        matrix: (rows, cols) numbers.
+        row_labels, col_labels: tick labels (query and key tokens).
+        title: the axes title.
+        cmap: "viridis" or "cividis".
+        vmin, vmax: colour range (weights: 0 and 1, so figures are comparable).
+        annotate: print the values in the cells.
+        decimals: digits of the printed values.
+        xlabel, ylabel: axis names.
+        colorbar: draw a colour bar.
+        caption: text under the figure saying what to see.
+        tick_every: label every n-th row and column (or (rows, cols) steps), for large
+            matrices such as a (100, 512) table; 1 labels them all.
+        aspect: "equal" (square cells) or "auto" (fill the axes, for very wide matrices).
+
+    Returns:
+        The Axes.
+    """
+    m = _as_matrix("matrix", matrix)
+    rows, cols = m.shape
+    row_step, col_step = (tick_every, tick_every) if isinstance(tick_every, int) else tick_every
+    for step in (row_step, col_step):
+        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+            raise ValueError(
+                f"tick_every: expected a positive int or a pair of them, got {tick_every!r}"
+            )
+    row_labels = _check_labels("row_labels", row_labels, rows)
+    col_labels = _check_labels("col_labels", col_labels, cols)
+    _check_cmap(cmap)
+    ax = _axes(ax, (0.6 * cols + 2.2, 0.5 * rows + 1.4))
+    image = ax.imshow(m, cmap=cmap, vmin=vmin, vmax=vmax, aspect=aspect)
+    ax.grid(False)
+    ax.set_xticks(range(0, cols, col_step), col_labels[::col_step])
+    ax.set_yticks(range(0, rows, row_step), row_labels[::row_step])
+    ax.tick_params(top=True, labeltop=True, bottom=False, labelbottom=False, length=0)
+    ax.set_xlabel(xlabel)
+    ax.xaxis.set_label_position("top")
+    ax.set_ylabel(ylabel)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    if title:
+        ax.set_title(title, pad=12)
+    if annotate:
+        for i in range(rows):
+            for j in range(cols):
+                ink = text_colour(colour(m[i, j], vmin, vmax, cmap))
+                ax.text(j, i, _format(m[i, j], decimals), ha="center", va="center",
+                        fontsize=9, color=ink)  # fmt: skip
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, shrink=0.8)
+    if caption:
+        add_caption(ax.figure, caption)
+    return ax
+
+
+def line_plot(
+    ax,
+    x: Sequence[float],
+    series: Mapping[str, Sequence[float]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str | None = None,
+    logx: bool = False,
+    logy: bool = False,
+    markers: bool = True,
+    dashed: Sequence[str] = (),
+    caption: str | None = None,
+):
+    """Several curves against one x (e.g. time against sequence length), with a legend.
+
+    Args:
+        ax: a matplotlib Axes or None (a new figure).
+        x: the shared x values.
+        series: label -> y values (same length as x).
+        xlabel, ylabel, title: texts.
+        logx, logy: logarithmic axes (log-log turns power laws n^k into lines of slope k).
+        markers: mark the measured points.
+        dashed: labels of series drawn dashed without markers (reference slopes, theory).
+        caption: text under the figure saying what to see.
+
+    Returns:
+        The Axes.
+    """
+    xs = _as_vector("x", x)
+    if not series:
+        raise ValueError("series: expected at least one curve, got none")
+    ax = _axes(ax, (6.0, 3.8))
+    marker_cycle = ("o", "s", "^", "D", "v")
+    for k, (name, ys) in enumerate(series.items()):
+        ys = _as_vector(f"series[{name!r}]", ys)
+        if ys.size != xs.size:
+            raise ValueError(f"series[{name!r}]: expected {xs.size} values like x, got {ys.size}")
+        if name in dashed:
+            ax.plot(xs, ys, linestyle="--", color=GREY, linewidth=1.2, label=name)
+        else:
+            marker = marker_cycle[k % len(marker_cycle)] if markers else None
+            ax.plot(xs, ys, marker=marker, linewidth=2, markersize=5, label=name)
+    if logx:
+        if not (xs > 0).all():
+            raise ValueError(f"x: expected positive values with logx=True, got min {xs.min():.4g}")
+        ax.set_xscale("log", base=2 if all(math.log2(v).is_integer() for v in xs) else 10)
+        ax.xaxis.set_major_formatter(_plain_numbers)  # 16, 32, ... rather than 2^4, 2^5, ...
+    if logy:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(_plain_numbers)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.legend(frameon=False)
+    if caption:
+        add_caption(ax.figure, caption)
+    return ax
