@@ -1,0 +1,221 @@
+"""Run the benchmarks and write benchmarks/RESULTS.md: machine, versions, method, targets, tables.
+
+    python benchmarks/run_all.py                 # everything (what `make bench` runs; < 10 min)
+    python benchmarks/run_all.py --smoke         # tiny sizes: checks the scripts work (< 1 min)
+    python benchmarks/run_all.py --only attention --only paths --out /tmp/RESULTS.md
+
+Scripts, in order: attention (ours vs nn.MultiheadAttention), paths (explicit vs fused), scoring
+(chapter 7's scorers), training (chapter 9's task and the copy task), book (nbval, build, pages).
+Each one also runs alone: python benchmarks/bench_<name>.py [--smoke].
+
+Run it on a quiet machine: the results record the load average at the start and at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import bench_attention  # noqa: E402
+import bench_book  # noqa: E402
+import bench_paths  # noqa: E402
+import bench_scoring  # noqa: E402
+import bench_training  # noqa: E402
+import common  # noqa: E402
+import torch  # noqa: E402
+
+BENCHMARKS = {
+    "attention": bench_attention.run,
+    "paths": bench_paths.run,
+    "scoring": bench_scoring.run,
+    "training": bench_training.run,
+    "book": bench_book.run,
+}
+DEFAULT_OUT = HERE / "RESULTS.md"
+
+METHOD = """\
+- Time: the candidates of one comparison run in alternation, round after round (the order
+  rotates each round), so a slow spell of the machine hits them alike. Each round times a batch
+  of calls lasting at least a few tens of milliseconds (after a warm-up call); the tables give
+  the median over rounds and the quartiles [first, third]. A ratio is taken round by round and
+  its median reported. `time.perf_counter`, garbage collector off while timing.
+- Peak memory: PyTorch's profiler with `profile_memory=True` records every allocation and free
+  of PyTorch's CPU allocator during one call; replaying them gives the peak above the memory that
+  existed before the call (scratch buffers inside kernels included). The scoring section also
+  gives chapter 7's live-tensor count (a TorchDispatchMode that adds each new tensor's storage
+  and subtracts it when freed), which is what chapter 7 plots.
+- Threads: every measurement in this process uses the torch thread count in the table above;
+  notebooks run by nbval use their own default (see OMP_NUM_THREADS).
+"""
+
+
+def machine_rows(threads: int, load_start: str, load_end: str, started: str) -> list[list[str]]:
+    memory = common.memory_gib()
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count()
+    v = common.versions()
+    return [
+        ["CPU", common.cpu_model()],
+        ["cores", f"{os.cpu_count()} ({usable} usable by this process)"],
+        ["memory", f"{memory:.1f} GiB" if memory else "n/a"],
+        ["OS", platform.platform()],
+        ["Python", v["python"]],
+        ["torch", v["torch"]],
+        ["numpy", v["numpy"]],
+        [
+            "torch threads",
+            f"{threads} (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})",
+        ],
+        ["started", started],
+        ["load average at start (1, 5, 15 min)", load_start],
+        ["load average at end", load_end],
+    ]
+
+
+def render(
+    sections: list[common.Section],
+    failures: dict[str, str],
+    *,
+    smoke: bool,
+    threads: int,
+    load_start: str,
+    load_end: str,
+    started: str,
+    seconds: float,
+    command: str,
+) -> str:
+    out = [
+        "# Benchmark results",
+        "",
+        f"Written by `{command}` on {started}; the run took {seconds / 60:.1f} min. "
+        "Regenerate with `make bench` (on a quiet machine).",
+        "",
+    ]
+    if smoke:
+        out += [
+            "**Smoke run**: tiny sizes, only to check that the scripts work. The numbers mean "
+            "nothing and the targets are not judged.",
+            "",
+        ]
+    try:
+        busy = float(load_start.split()[0]) > 0.5 * (os.cpu_count() or 1)
+    except (ValueError, IndexError):
+        busy = False
+    if busy:
+        out += [
+            f"**Warning**: the machine was busy when the run started (load {load_start} on "
+            f"{os.cpu_count()} cores): times are inflated and ratios noisy.",
+            "",
+        ]
+    out += [
+        "## Machine",
+        "",
+        common.table(["", ""], machine_rows(threads, load_start, load_end, started), "ll"),
+        "## How it is measured",
+        "",
+        METHOD,
+        "## Targets",
+        "",
+    ]
+    targets = [t for s in sections for t in s.targets]
+    out.append(
+        common.table(
+            ["target", "measured", "limit", "met"],
+            [[t.name, t.measured, t.limit, common.verdict(t.met)] for t in targets],
+            "llll",
+        )
+        if targets
+        else "No targets measured.\n"
+    )
+    for name, error in failures.items():
+        out += [f"## {name}: FAILED", "", "```", error.rstrip(), "```", ""]
+    for section in sections:
+        out.append(section.markdown())
+    out += [
+        "## Run time of each script",
+        "",
+        common.table(
+            ["script", "seconds"],
+            [[f"bench_{s.key}.py", f"{s.seconds:.0f}"] for s in sections],
+        ),
+    ]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: check the scripts run")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=list(BENCHMARKS),
+        metavar="NAME",
+        help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}",
+    )
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"default {DEFAULT_OUT}")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=torch.get_num_threads(),
+        help=f"torch threads (default here: {torch.get_num_threads()})",
+    )
+    args = parser.parse_args(argv)
+    names = args.only or list(BENCHMARKS)
+
+    torch.set_num_threads(args.threads)
+    started, load_start = common.now(), common.load_average()
+    begin = time.perf_counter()
+    sections, failures = [], {}
+    for name in names:
+        print(f"[bench] {name} ...", flush=True)
+        start = time.perf_counter()
+        try:
+            if name == "scoring":
+                section = BENCHMARKS[name](
+                    smoke=args.smoke, threads=args.threads, figure_dir=args.out.parent / "figures"
+                )
+            else:
+                section = BENCHMARKS[name](smoke=args.smoke, threads=args.threads)
+        except Exception:
+            failures[name] = traceback.format_exc()
+            print(failures[name], file=sys.stderr)
+            continue
+        section.seconds = time.perf_counter() - start
+        sections.append(section)
+        print(f"[bench] {name}: {section.seconds:.0f} s", flush=True)
+
+    command = "python benchmarks/run_all.py" + (" " + " ".join(argv) if argv else "")
+    if argv is None and len(sys.argv) > 1:
+        command = "python benchmarks/run_all.py " + " ".join(sys.argv[1:])
+    text = render(
+        sections,
+        failures,
+        smoke=args.smoke,
+        threads=args.threads,
+        load_start=load_start,
+        load_end=common.load_average(),
+        started=started,
+        seconds=time.perf_counter() - begin,
+        command=command,
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(f"[bench] wrote {args.out}")
+    for target in (t for s in sections for t in s.targets):
+        print(f"[bench] target: {target.name}: {target.measured}: {common.verdict(target.met)}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

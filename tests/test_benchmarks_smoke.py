@@ -1,0 +1,214 @@
+"""The benchmarks keep working: a smoke run of benchmarks/run_all.py, and their measuring helpers.
+
+`make bench` is not part of `make test` (it takes minutes and wants a quiet machine); this runs
+every benchmark script at tiny sizes into a temporary file and checks that each table is there and
+holds numbers. The helpers the numbers rest on (timer, peak memory, page weight, crossover) are
+checked on inputs whose answer is known.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import bench_book  # noqa: E402
+import bench_paths  # noqa: E402
+import common  # noqa: E402
+
+NUMBER = re.compile(r"-?\d[\d,]*(\.\d+)?")
+
+
+# --------------------------------------------------------------------------- the smoke run
+
+
+def markdown_tables(text: str) -> list[list[list[str]]]:
+    """Every Markdown table in `text`: a list of rows (header first, rule dropped) of cells."""
+    tables, current = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not all(re.fullmatch(r":?-+:?", c) for c in cells):
+                current.append(cells)
+        elif current:
+            tables.append(current)
+            current = []
+    return tables
+
+
+def section(text: str, heading: str) -> str:
+    """The text under the `## heading...` line, up to the next `## ` heading."""
+    match = re.search(rf"^## {re.escape(heading)}.*?$(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert match, f"RESULTS.md has no section '## {heading}'"
+    return match.group(1)
+
+
+def assert_numbers(table: list[list[str]], columns: list[str], rows: int) -> None:
+    header, body = table[0], table[1:]
+    assert len(body) == rows, f"table {header}: expected {rows} rows, got {len(body)}"
+    for name in columns:
+        assert name in header, f"table {header}: no column {name!r}"
+        i = header.index(name)
+        for row in body:
+            assert NUMBER.search(row[i]), f"table {header}, column {name!r}: {row[i]!r}"
+
+
+@pytest.fixture(scope="module")
+def smoke_results(tmp_path_factory) -> tuple[str, Path]:
+    out = tmp_path_factory.mktemp("bench") / "RESULTS.md"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "run_all.py"), "--smoke", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    return out.read_text(), out
+
+
+@pytest.mark.slow
+def test_smoke_run_writes_every_table(smoke_results):
+    text, out = smoke_results
+    assert "**Smoke run**" in text
+    assert "FAILED" not in text
+
+    machine = markdown_tables(section(text, "Machine"))[0]
+    facts = {row[0]: row[1] for row in machine[1:]}
+    for key in ("CPU", "cores", "Python", "torch", "numpy", "torch threads", "started"):
+        assert facts.get(key), f"machine table lacks {key}"
+    assert facts["torch threads"].startswith("1 ")
+    assert NUMBER.search(facts["load average at start (1, 5, 15 min)"])
+    assert NUMBER.search(facts["load average at end"])
+
+    targets = markdown_tables(section(text, "Targets"))[0]
+    assert len(targets) - 1 == 6  # attention x2, training, nbval, build, page weight
+    assert_numbers(targets, ["measured"], 6)
+    assert all(row[3] == "n/a" for row in targets[1:]), "a smoke run must not judge targets"
+
+    timing = ["ours (ms)", "torch (ms)", "ratio", "ours fused (ms)", "torch fused (ms)"]
+    attention = markdown_tables(section(text, "Attention"))
+    assert len(attention) == 2
+    for table in attention:
+        assert_numbers(table, ["T", *timing], rows=2)
+
+    paths = markdown_tables(section(text, "Explicit path"))
+    assert len(paths) == 2
+    for table in paths:
+        assert_numbers(
+            table,
+            ["explicit (ms)", "fused (ms)", "peak explicit (MiB)", "peak fused (MiB)"],
+            rows=3,
+        )
+
+    scoring = markdown_tables(section(text, "Scoring"))
+    assert len(scoring) == 2
+    for table in scoring:
+        assert_numbers(table, ["dot", "scaled_dot", "cosine", "bilinear", "additive"], rows=2)
+    assert (out.parent / "figures" / "scoring.png").stat().st_size > 1000
+
+    training = markdown_tables(section(text, "Training"))[0]
+    assert_numbers(training, ["parameters", "exact match (last eval)", "training s"], rows=2)
+
+    book = markdown_tables(section(text, "The book"))
+    assert len(book) == 2
+    assert_numbers(book[0], ["seconds"], rows=2)  # the one notebook and the total
+    assert book[0][1][4] == "passed"
+    assert_numbers(book[1], ["HTML KB", "share KB", "weight MB", "cold MB"], rows=1)
+
+    runtimes = markdown_tables(section(text, "Run time"))[0]
+    assert_numbers(runtimes, ["seconds"], rows=5)
+
+
+# --------------------------------------------------------------------------- the helpers
+
+
+def test_peak_memory_sees_an_allocation_of_known_size():
+    n = 1_000_000
+    peak = common.peak_memory(lambda: torch.empty(n, dtype=torch.float32))
+    assert 4 * n <= peak < 4 * n + 65_536
+
+
+def test_peak_memory_counts_a_freed_temporary():
+    def two_in_turn():
+        a = torch.ones(500_000)  # 2 MB, freed before the 4 MB one is made
+        total = float(a.sum())
+        del a
+        return torch.zeros(1_000_000) + total  # 4 MB temporary, then the 4 MB result
+
+    peak = common.peak_memory(two_in_turn)
+    assert 8_000_000 <= peak < 8_000_000 + 65_536
+
+
+def test_interleaved_runs_every_candidate_in_every_round():
+    calls = {"a": 0, "b": 0}
+
+    def make(name):
+        def f():
+            calls[name] += 1
+
+        return f
+
+    timings = common.interleaved(
+        {"a": make("a"), "b": make("b")}, budget=0.0, min_rounds=4, max_rounds=4, min_batch=0.0
+    )
+    assert {name: t.rounds for name, t in timings.items()} == {"a": 4, "b": 4}
+    assert calls == {"a": 2 + 4, "b": 2 + 4}  # warm-up, calibration, one call per round
+    assert all(s > 0 for t in timings.values() for s in t.samples)
+
+
+def test_ratio_is_taken_round_by_round():
+    timings = {
+        "a": common.Timing((2.0, 4.0, 6.0), 1),
+        "b": common.Timing((1.0, 4.0, 2.0), 1),
+    }
+    r = common.ratio(timings, "a", "b")
+    assert (r.median, r.q1, r.q3) == (2.0, 1.5, 2.5)
+
+
+def test_crossover_is_where_fused_stays_faster():
+    lengths = (16, 32, 64, 128)
+    assert bench_paths.crossover([0.9, 1.2, 0.95, 1.5], lengths) == 128
+    assert bench_paths.crossover([1.1, 1.2, 1.3, 1.5], lengths) == 16
+    assert bench_paths.crossover([1.1, 1.2, 1.3, 0.9], lengths) is None
+
+
+def test_page_weight_splits_shared_files(tmp_path):
+    (tmp_path / "_static").mkdir()
+    (tmp_path / "_static" / "theme.css").write_bytes(b"x" * 300)
+    (tmp_path / "fig.png").write_bytes(b"y" * 50)
+    page = '<link rel="stylesheet" href="_static/theme.css?digest=1"><script src="{}"></script>'
+    (tmp_path / "a.html").write_text(
+        page.format("https://cdn.example/x.js") + '<img src="fig.png">'
+    )
+    (tmp_path / "b.html").write_text(page.format("data:text/javascript,1"))
+    (tmp_path / "c.html").write_text(page.format("_static/missing.js"))
+    weights = bench_book.page_weights(tmp_path, ["a", "b", "c"])
+    a = weights["a"]
+    assert a.own == 50  # the figure only a loads
+    assert a.share == pytest.approx(100.0)  # a third of the shared stylesheet
+    assert a.shared_full == 300
+    assert a.weight == pytest.approx(a.html + 50 + 100)
+    assert a.cold == a.html + 50 + 300
+    assert a.missing == ["https://cdn.example/x.js"]
+    assert weights["b"].missing == []  # a data: URL is part of the HTML already
+    assert weights["c"].missing == ["_static/missing.js"]
+
+
+def test_makefile_flags_are_read_from_the_makefile():
+    flags = bench_book.makefile_flags("NBVAL_FLAGS")
+    assert "--nbval" in flags
+    assert "--nbval" in (ROOT / "Makefile").read_text()
+    with pytest.raises(ValueError, match="NO_SUCH_FLAGS"):
+        bench_book.makefile_flags("NO_SUCH_FLAGS")
