@@ -530,12 +530,16 @@ def svg_vectors(
                 f"{_num(base_x + wing_x)},{_num(base_y + wing_y)} "
                 f'{_num(base_x - wing_x)},{_num(base_y - wing_y)}" fill="{ink}"/>'
             )
-        # The label just beyond the tip, kept inside the drawing.
-        lx = min(max(tip_x + 12 * ux, pad + 2), width - pad - _text_width(text, 12))
-        ly = min(max(tip_y + 12 * uy + 4, top + 12), height - 4)
+        # The label beyond the tip and a little to the arrow's left (counter-clockwise side), so
+        # that a longer vector along the same line does not run through it; kept in the drawing.
+        x_at = tip_x + 9 * ux + 7 * uy
+        y_at = tip_y + 9 * uy - 7 * ux
         anchor = "end" if ux < -0.3 else "start"
         if anchor == "end":
-            lx = max(tip_x + 12 * ux, pad + _text_width(text, 12))
+            lx = max(x_at, pad + _text_width(text, 12))
+        else:
+            lx = min(max(x_at, pad + 2), width - pad - _text_width(text, 12))
+        ly = min(max(y_at + 4, top + 12), height - 4)
         bold = ' font-weight="bold"' if i == highlight else ""
         out.append(
             f'<text x="{_num(lx)}" y="{_num(ly)}" font-size="12" fill="{ink}" '
