@@ -368,7 +368,8 @@ def test_other_bad_numbers_name_the_argument():
 
 MATMULS = {"aten.mm.default", "aten.bmm.default", "aten.addmm.default"}
 ELEMENTWISE = {"aten.add.Tensor", "aten.mul.Tensor", "aten.div.Tensor", "aten.tanh.default"}
-NOT_FLOPS = {"aten.clamp_min.default"}  # a comparison, not arithmetic
+# clamp_min: a comparison, not arithmetic; sum.default: the finite check of the inputs (one sum).
+NOT_FLOPS = {"aten.clamp_min.default", "aten.sum.default"}
 
 
 class _AllocationRecorder(TorchDispatchMode):

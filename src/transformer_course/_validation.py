@@ -6,6 +6,7 @@ thing learns what to fix without reading a stack trace from deep inside torch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -38,9 +39,52 @@ def check_tensor(
         raise TypeError(f"{name}: expected a floating-point tensor, got dtype {x.dtype}")
     if dtype is not None and x.dtype != dtype:
         raise TypeError(f"{name}: expected dtype {dtype}, got {x.dtype}")
-    if finite and x.is_floating_point() and not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name}: contains NaN or infinite values")
+    if finite:
+        check_finite(name, x)
     return x
+
+
+def check_finite(name: str, x: Tensor) -> Tensor:
+    """Check that a floating-point tensor holds no NaN or infinity; return it.
+
+    A sum is finite only if every element is (NaN and inf propagate through it), and on CPU one
+    sum is about 10x cheaper than `torch.isfinite(x).all()`: on a (8, 512, 256) input, 1% of a
+    fused MultiHeadAttention forward instead of 10%. Only a sum that overflows needs the
+    element-wise look. Meta tensors have no values and pass.
+    """
+    if not x.is_floating_point() or x.device.type == "meta":
+        return x
+    values = x.detach()
+    # Accumulate float16/bfloat16 in float32: a float16 sum overflows already at 65504.
+    total = values.sum(dtype=torch.float32 if values.element_size() < 4 else None)
+    if math.isfinite(float(total)):
+        return x
+    bad = ~torch.isfinite(values)
+    if bool(bad.any()):
+        index = tuple(int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            f"{name}: expected finite values, got {values[index].item()} at index {index}"
+        )
+    return x
+
+
+def check_device(name: str, x: Tensor, device: torch.device, what: str) -> Tensor:
+    """Check that `x` lives on `device` (the device of `what`); return it."""
+    if x.device != device:
+        raise ValueError(
+            f"{name}: expected a tensor on {device} like {what}, got one on {x.device}"
+        )
+    return x
+
+
+def check_like_parameters(name: str, x: Tensor, weight: Tensor) -> Tensor:
+    """Check that an input has the dtype and device of a module's parameter `weight`; return it."""
+    if x.dtype != weight.dtype:
+        raise TypeError(
+            f"{name}: expected dtype {weight.dtype} like the module's weights, got {x.dtype} "
+            "(convert the input, or the module with .to(dtype))"
+        )
+    return check_device(name, x, weight.device, "the module's weights")
 
 
 def check_positive_int(name: str, value: object) -> int:
@@ -74,10 +118,13 @@ def check_same(name: str, actual: int, expected: int, what: str) -> None:
         raise ValueError(f"{name}: expected {what} {expected}, got {actual}")
 
 
-def check_mask(name: str, mask: object, target_shape: Sequence[int]) -> Tensor:
+def check_mask(
+    name: str, mask: object, target_shape: Sequence[int], device: torch.device | None = None
+) -> Tensor:
     """Check a boolean attention mask that must broadcast to `target_shape`; return it.
 
-    The package's single convention: True means "may attend".
+    The package's single convention: True means "may attend". With `device`, the mask must be
+    there too (the device of the inputs it masks).
     """
     if not isinstance(mask, Tensor):
         raise TypeError(f"{name}: expected a boolean torch.Tensor, got {type(mask).__name__}")
@@ -101,6 +148,8 @@ def check_mask(name: str, mask: object, target_shape: Sequence[int]) -> Tensor:
         raise ValueError(
             f"{name}: expected a shape that broadcasts to {target}, got {tuple(mask.shape)}"
         )
+    if device is not None:
+        check_device(name, mask, device, "the inputs")
     return mask
 
 

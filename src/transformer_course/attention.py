@@ -16,6 +16,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._validation import (
+    check_device,
+    check_finite,
+    check_like_parameters,
     check_mask,
     check_positive_float,
     check_positive_int,
@@ -27,15 +30,20 @@ from ._validation import (
 
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
     for name, x in (("q", q), ("k", k), ("v", v)):
-        check_tensor(name, x, min_ndim=2, floating=True)
+        check_tensor(name, x, min_ndim=2, floating=True, finite=True)
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"k, v: expected the dtype of q ({q.dtype}), got {k.dtype} and {v.dtype}")
+    # Without this, q on the CPU and k on "meta" silently give a meta tensor back.
+    check_device("k", k, q.device, "q")
+    check_device("v", v, q.device, "q")
     check_same("k", k.shape[-1], q.shape[-1], "last dimension (d_k) equal to q's")
     check_same("v", v.shape[-2], k.shape[-2], "number of positions (S) equal to k's")
     if q.shape[-2] == 0 or k.shape[-2] == 0:
         raise ValueError(
             f"q, k: expected non-empty sequences, got T={q.shape[-2]} and S={k.shape[-2]}"
         )
+    if q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
+        return  # the usual case; torch.broadcast_shapes is slow Python, worth skipping
     try:
         torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except RuntimeError:
@@ -53,10 +61,17 @@ def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
     Shape:
         scores (..., T, S), mask broadcastable to it -> weights (..., T, S)
     """
-    check_tensor("scores", scores, min_ndim=2, floating=True)
+    check_tensor("scores", scores, min_ndim=2, floating=True, finite=True)
+    if mask is not None:
+        check_mask("mask", mask, scores.shape, scores.device)
+    return _masked_softmax(scores, mask)
+
+
+def _masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
+    # masked_softmax without its checks, for scaled_dot_product_attention: its inputs are checked
+    # already, and the finite check would read the largest tensor of attention once more.
     if mask is None:
         return torch.softmax(scores, dim=-1)
-    check_mask("mask", mask, scores.shape)
     scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
     # A fully blocked row is all -inf, whose softmax is 0/0 = NaN: give it zero weight instead.
@@ -90,13 +105,29 @@ def scaled_dot_product_attention(
     dropout_p = check_probability("dropout_p", dropout_p)
     d_k = q.shape[-1]
     scale = 1.0 / math.sqrt(d_k) if scale is None else check_positive_float("scale", scale)
+    return _attention(q, k, v, mask, scale, dropout_p)
+
+
+def _attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, dropout_p: float
+) -> tuple[Tensor, Tensor]:
+    """The three steps of `scaled_dot_product_attention`, on q, k, v that are checked already.
+
+    MultiHeadAttention calls this directly: it checks its own inputs, and checking each of its
+    projections again would read three more tensors per call (about 2% of a forward at T=64).
+    """
     # Step 1: similarity of every query with every key, one matrix multiply.
     # Scaling q first is the same maths with T*d_k multiplications instead of T*S.
     scores = (q * scale) @ k.transpose(-2, -1)  # (..., T, S)
     if mask is not None:
-        check_mask("mask", mask, scores.shape)
+        check_mask("mask", mask, scores.shape, scores.device)
     # Step 2: softmax over the keys turns scores into weights that sum to 1.
-    weights = masked_softmax(scores, mask)  # (..., T, S)
+    if mask is None and not scores.requires_grad:
+        # Inference: nothing needs the scores again, so write the weights over them instead of
+        # allocating a second tensor of the largest size attention makes.
+        weights = torch.softmax(scores, dim=-1, out=scores)  # (..., T, S)
+    else:
+        weights = _masked_softmax(scores, mask)  # (..., T, S)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     # Step 3: each output is the weighted average of the values.
@@ -144,6 +175,9 @@ class MultiHeadAttention(nn.Module):
         self.scale = (
             1.0 / math.sqrt(self.d_k) if scale is None else check_positive_float("scale", scale)
         )
+        if score is not None and not callable(score):
+            # Else the first forward call fails with "'str' object is not callable".
+            raise TypeError(f"score: expected None or a scorer module, got {type(score).__name__}")
         self.score = score
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W^Q for all heads at once
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)  # W^K
@@ -166,14 +200,17 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(
                     f"{name}: expected a non-empty sequence, got shape {tuple(x.shape)}"
                 )
-            if x.dtype != self.q_proj.weight.dtype:
-                raise TypeError(
-                    f"{name}: expected dtype {self.q_proj.weight.dtype} like the module's weights, "
-                    f"got {x.dtype} (convert the input, or the module with .to(dtype))"
-                )
+            check_like_parameters(name, x, self.q_proj.weight)  # dtype and device
         check_same("key", key.shape[0], query.shape[0], "batch size equal to query's")
         check_same("value", value.shape[0], query.shape[0], "batch size equal to query's")
         check_same("value", value.shape[1], key.shape[1], "length S equal to key's")
+        # NaN or inf in, NaN out everywhere: refuse it here. Self-attention passes one tensor
+        # three times, so each distinct tensor is checked once.
+        check_finite("query", query)
+        if key is not query:
+            check_finite("key", key)
+        if value is not key and value is not query:
+            check_finite("value", value)
 
     def forward(
         self,
@@ -193,7 +230,7 @@ class MultiHeadAttention(nn.Module):
         B, T, _ = query.shape
         S = key.shape[1]
         if mask is not None:
-            check_mask("mask", mask, (B, self.n_heads, T, S))
+            check_mask("mask", mask, (B, self.n_heads, T, S), query.device)
         q = self._split_heads(self.q_proj(query))  # (B, h, T, d_k)
         k = self._split_heads(self.k_proj(key))  # (B, h, S, d_k)
         v = self._split_heads(self.v_proj(value))  # (B, h, S, d_k)
@@ -207,7 +244,7 @@ class MultiHeadAttention(nn.Module):
                 weights = F.dropout(weights, p=dropout_p)
             heads = weights @ v  # (B, h, T, d_k)
         elif need_weights or self.record_weights:
-            heads, weights = scaled_dot_product_attention(q, k, v, mask, self.scale, dropout_p)
+            heads, weights = _attention(q, k, v, mask, self.scale, dropout_p)
         else:
             # Fused kernel: same maths, never materialises the (B, h, T, S) weights in memory.
             heads = F.scaled_dot_product_attention(

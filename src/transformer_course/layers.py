@@ -22,7 +22,10 @@ from torch import Tensor, nn
 
 from ._validation import (
     check_choice,
+    check_finite,
+    check_like_parameters,
     check_mask,
+    check_positive_float,
     check_positive_int,
     check_probability,
     check_same,
@@ -69,10 +72,9 @@ def make_attention(
         attn_scale: multiplier of the dot-product scores, default 1 / sqrt(d_k); 1.0 turns
             scaling off (chapter 8). Ignored when `attn_score` is given.
     """
-    if attn_scale is not None and (
-        isinstance(attn_scale, bool) or not isinstance(attn_scale, (int, float))
-    ):
-        raise TypeError(f"attn_scale: expected a float or None, got {type(attn_scale).__name__}")
+    if attn_scale is not None:
+        # Checked here so that the error names attn_scale, not the `scale` of MultiHeadAttention.
+        check_positive_float("attn_scale", attn_scale)
     attention = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias, scale=attn_scale)
     if attn_score is None:
         return attention
@@ -130,7 +132,19 @@ class FeedForward(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         check_tensor("x", x, min_ndim=1, floating=True)
         check_same("x", x.shape[-1], self.linear1.in_features, "feature size d_model =")
+        check_like_parameters("x", x, self.linear1.weight)
+        check_finite("x", x)
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
+
+
+def _check_sequence(name: str, x: Tensor, d_model: int, weight: Tensor) -> None:
+    """Check a (B, L, d_model) layer input; errors name x, y or memory, not the query inside."""
+    check_tensor(name, x, ndim=3, floating=True)
+    check_same(name, x.shape[-1], d_model, "feature size d_model =")
+    if x.shape[1] == 0:
+        raise ValueError(f"{name}: expected a non-empty sequence, got shape {tuple(x.shape)}")
+    check_like_parameters(name, x, weight)  # dtype and device
+    check_finite(name, x)
 
 
 def _residual_steps(
@@ -188,6 +202,8 @@ class EncoderLayer(nn.Module):
     ):
         super().__init__()
         dropout = check_probability("dropout", dropout)
+        # nn.LayerNorm takes eps <= 0 and returns NaN on a constant row: refuse it here.
+        check_positive_float("layer_norm_eps", layer_norm_eps)
         self.d_model = d_model
         self.norm_first = bool(norm_first)
         self.self_attn = make_attention(d_model, n_heads, dropout, bias, attn_score, attn_scale)
@@ -198,11 +214,10 @@ class EncoderLayer(nn.Module):
         self.dropout2 = nn.Dropout(dropout)
 
     def _check_inputs(self, x: Tensor, mask: Tensor | None) -> None:
-        check_tensor("x", x, ndim=3, floating=True)
-        check_same("x", x.shape[-1], self.d_model, "feature size d_model =")
+        _check_sequence("x", x, self.d_model, self.ff.linear1.weight)
         if mask is not None:
             B, T, _ = x.shape
-            check_mask("mask", mask, (B, self.self_attn.n_heads, T, T))
+            check_mask("mask", mask, (B, self.self_attn.n_heads, T, T), x.device)
 
     def _sa_block(self, x: Tensor, mask: Tensor | None) -> Tensor:
         """Self-attention sub-layer: queries, keys and values all come from x."""
@@ -272,6 +287,8 @@ class DecoderLayer(nn.Module):
     ):
         super().__init__()
         dropout = check_probability("dropout", dropout)
+        # nn.LayerNorm takes eps <= 0 and returns NaN on a constant row: refuse it here.
+        check_positive_float("layer_norm_eps", layer_norm_eps)
         self.d_model = d_model
         self.norm_first = bool(norm_first)
         self.self_attn = make_attention(d_model, n_heads, dropout, bias, attn_score, attn_scale)
@@ -287,18 +304,16 @@ class DecoderLayer(nn.Module):
     def _check_inputs(
         self, y: Tensor, memory: Tensor, self_mask: Tensor | None, memory_mask: Tensor | None
     ) -> None:
-        check_tensor("y", y, ndim=3, floating=True)
-        check_same("y", y.shape[-1], self.d_model, "feature size d_model =")
-        check_tensor("memory", memory, ndim=3, floating=True)
-        check_same("memory", memory.shape[-1], self.d_model, "feature size d_model =")
+        _check_sequence("y", y, self.d_model, self.ff.linear1.weight)
+        _check_sequence("memory", memory, self.d_model, self.ff.linear1.weight)
         check_same("memory", memory.shape[0], y.shape[0], "batch size equal to y's")
         B, T, _ = y.shape
         S = memory.shape[1]
         h = self.self_attn.n_heads
         if self_mask is not None:
-            check_mask("self_mask", self_mask, (B, h, T, T))
+            check_mask("self_mask", self_mask, (B, h, T, T), y.device)
         if memory_mask is not None:
-            check_mask("memory_mask", memory_mask, (B, h, T, S))
+            check_mask("memory_mask", memory_mask, (B, h, T, S), y.device)
 
     def _sa_block(self, y: Tensor, mask: Tensor | None) -> Tensor:
         """Masked self-attention sub-layer: the causal mask hides later target positions."""

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ._validation import check_positive_int, check_tensor
+from ._validation import check_device, check_positive_int, check_tensor
 
 
 def causal_mask(T: int, device: torch.device | str | None = None) -> Tensor:
@@ -25,6 +25,13 @@ def causal_mask(T: int, device: torch.device | str | None = None) -> Tensor:
         (T, T), broadcastable to (B, h, T, T).
     """
     check_positive_int("T", T)
+    if device is not None:
+        try:  # else torch's error lists every device type it knows, without naming the argument
+            device = torch.device(device)
+        except (RuntimeError, TypeError):
+            raise ValueError(
+                f"device: expected a torch.device or a name like 'cpu', got {device!r}"
+            ) from None
     return torch.ones(T, T, dtype=torch.bool, device=device).tril()
 
 
@@ -74,6 +81,11 @@ def token_padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     check_tensor("tokens", tokens, ndim=2)
     if tokens.is_floating_point() or tokens.dtype == torch.bool:
         raise TypeError(f"tokens: expected integer token ids, got dtype {tokens.dtype}")
+    if 0 in tokens.shape:
+        raise ValueError(f"tokens: expected a non-empty (B, S) tensor, got {tuple(tokens.shape)}")
+    # A float pad_id would silently match nothing; a string fails deep inside torch.
+    if isinstance(pad_id, bool) or not isinstance(pad_id, int):
+        raise TypeError(f"pad_id: expected an int, got {type(pad_id).__name__} {pad_id!r}")
     return (tokens != pad_id)[:, None, None, :]  # (B, 1, 1, S)
 
 
@@ -91,6 +103,7 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
         if result is None:
             result = mask
             continue
+        check_device(name, mask, result.device, "the masks before it")
         try:
             torch.broadcast_shapes(result.shape, mask.shape)
         except RuntimeError:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from ._validation import check_positive_int, check_same, check_tensor
+from ._validation import check_device, check_mask, check_positive_int, check_same, check_tensor
 from .layers import DecoderLayer, EncoderLayer, ScoreFactory
 from .masks import causal_mask, combine_masks, token_padding_mask
 from .positional import PositionalEncoding
@@ -208,6 +208,13 @@ class Transformer(nn.Module):
                 "share_embeddings: needs src_vocab == tgt_vocab, "
                 f"got src_vocab={src_vocab} and tgt_vocab={tgt_vocab}"
             )
+        # Checked under their own names: Encoder and Decoder would call either one n_layers.
+        for name, value in (
+            ("n_encoder_layers", n_encoder_layers),
+            ("n_decoder_layers", n_decoder_layers),
+        ):
+            if value is not None:
+                check_positive_int(name, value)
         n_encoder_layers = n_layers if n_encoder_layers is None else n_encoder_layers
         n_decoder_layers = n_layers if n_decoder_layers is None else n_decoder_layers
         final_norm = norm_first if final_norm is None else final_norm
@@ -249,6 +256,7 @@ class Transformer(nn.Module):
         check_tensor(name, tokens, ndim=2)
         if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
             raise TypeError(f"{name}: expected integer token ids, got dtype {tokens.dtype}")
+        check_device(name, tokens, self.src_embed.weight.device, "the module's weights")
         B, L = tokens.shape
         if B == 0 or L == 0:
             raise ValueError(f"{name}: expected a non-empty (B, length) tensor, got {(B, L)}")
@@ -291,6 +299,10 @@ class Transformer(nn.Module):
         self._check_tokens("src", src, self.src_vocab)
         if src_mask is None:
             src_mask = self.source_mask(src)
+        else:  # checked here, or the encoder layers' error would call it "mask"
+            B, S = src.shape
+            n_heads = self.encoder.layers[0].self_attn.n_heads
+            check_mask("src_mask", src_mask, (B, n_heads, S, S), src.device)
         # Scaled by sqrt(d_model) (paper, section 3.4) so the embeddings are not dwarfed by PE.
         x = self.positional(self.src_embed(src) * math.sqrt(self.d_model))  # (B, S, d_model)
         return self.encoder(x, src_mask)  # (B, S, d_model)
@@ -321,6 +333,9 @@ class Transformer(nn.Module):
             src (B, S), tgt (B, T) -> logits (B, T, tgt_vocab)
         """
         src_mask = self.source_mask(src)  # (B, 1, 1, S)
+        self._check_tokens("tgt", tgt, self.tgt_vocab)
+        # Else a batch mismatch is reported by decode() as one of "memory", not an argument here.
+        check_same("tgt", tgt.shape[0], src.shape[0], "batch size equal to src's")
         memory = self.encode(src, src_mask)  # (B, S, d_model)
         return self.decode(tgt, memory, src_mask)  # (B, T, tgt_vocab)
 

@@ -11,11 +11,14 @@ depend only on the offset between positions.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
 from ._validation import (
     check_choice,
+    check_device,
     check_positive_float,
     check_positive_int,
     check_probability,
@@ -110,6 +113,8 @@ def shift_matrix(
     """
     if isinstance(offset, bool) or not isinstance(offset, (int, float)):
         raise TypeError(f"offset: expected an int or float, got {type(offset).__name__}")
+    if not math.isfinite(offset):  # else every rotation angle is NaN, and so the whole matrix
+        raise ValueError(f"offset: expected a finite number, got {offset}")
     _check_d_model(d_model)
     check_choice("layout", layout, LAYOUTS)
     _check_float_dtype(dtype)
@@ -179,8 +184,10 @@ class PositionalEncoding(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """x (B, T, d_model) -> dropout(x + PE[:T]), same shape and dtype as x."""
-        check_tensor("x", x, ndim=3, floating=True)
+        check_tensor("x", x, ndim=3, floating=True, finite=True)
         check_same("x", x.shape[-1], self.d_model, "feature size d_model =")
+        table = self.embedding.weight if self.learned else self.pe
+        check_device("x", x, table.device, "the module's position table")
         T = x.shape[1]
         if T > self.max_len:
             raise ValueError(

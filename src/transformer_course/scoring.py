@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from ._validation import (
     check_choice,
+    check_device,
     check_positive_float,
     check_positive_int,
     check_same,
@@ -37,10 +38,11 @@ SCORER_NAMES = ("dot", "scaled_dot", "additive", "cosine", "bilinear")
 
 def _check_qk(q: Tensor, k: Tensor, d_q: int | None = None, d_k: int | None = None) -> None:
     """Check a (query, key) pair; with d_q/d_k None, q and k must share their last dimension."""
-    check_tensor("q", q, min_ndim=2, floating=True)
-    check_tensor("k", k, min_ndim=2, floating=True)
+    check_tensor("q", q, min_ndim=2, floating=True, finite=True)
+    check_tensor("k", k, min_ndim=2, floating=True, finite=True)
     if k.dtype != q.dtype:
         raise TypeError(f"k: expected the dtype of q ({q.dtype}), got {k.dtype}")
+    check_device("k", k, q.device, "q")  # else q on the CPU, k on "meta" gives meta scores
     if d_q is None:
         check_same("k", k.shape[-1], q.shape[-1], "last dimension (d) equal to q's")
     else:
@@ -63,6 +65,7 @@ def _check_param_dtype(name: str, x: Tensor, weight: Tensor) -> None:
             f"got {x.dtype}; "
             "convert the module with .to(dtype) or the input with .to(weight dtype)"
         )
+    check_device(name, x, weight.device, "the module's parameters")
 
 
 # ---------------------------------------------------------------------------------------------
