@@ -1,0 +1,172 @@
+# The Transformer, from the Ground Up: build, check and read the book.
+#
+#   make book        create .venv if needed, install, fetch the front-end assets, build _build/html
+#   make test        everything CI checks (lint, package tests, nbval, strict book build, browser)
+#   make lab         JupyterLab on notebooks/
+#   make notebooks   re-execute every notebook in place (outputs + widget state, normalised;
+#                    REMEASURE=1 also re-takes the timings kept in nbval-ignore-output cells)
+#   make serve       serve _build/html on http://127.0.0.1:8000/
+#   make bench       run benchmarks/run_all.py
+#
+# Variables: PYTHON (interpreter that creates .venv), PORT, CHROMIUM (path to a Chromium binary),
+# TORCH_INDEX_URL (e.g. https://download.pytorch.org/whl/cpu for a CPU-only torch on a laptop).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-print-directory
+
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+VENV_STAMP := $(VENV)/.installed
+ASSETS_STAMP := _assets/.stamp
+TORCH_VERSION := 2.13.0
+TORCH_INDEX_URL ?=
+HOST := 127.0.0.1
+PORT ?= 8000
+BUILD_HTML := _build/html
+BOOK_FLAGS := -W -n --keep-going
+NBVAL_FLAGS := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=900 \
+	--durations=10
+IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
+NOTEBOOKS := $(wildcard notebooks/*.ipynb)
+
+# Prints the first Chromium found ($CHROMIUM, /usr/bin/chromium, chromium, chromium-browser).
+FIND_CHROMIUM = { if [ -n "$${CHROMIUM:-}" ]; then echo "$$CHROMIUM"; \
+	elif [ -x /usr/bin/chromium ]; then echo /usr/bin/chromium; \
+	else command -v chromium || command -v chromium-browser || true; fi; }
+
+.PHONY: help book assets test lint unit nbval book-strict browser chromium npm lab notebooks \
+	serve bench constraints clean distclean
+
+help:
+	@sed -n '3,9p' Makefile | sed 's/^# //'
+
+# --------------------------------------------------------------------------- environment
+
+# torch first, pinned: a bare "torch" (or a range admitting a newer release) pulls a CUDA build of
+# several GB; with 2.13.0 installed the requirements' range installs nothing more.
+$(VENV_STAMP): requirements.txt constraints.txt pyproject.toml
+	@if [ ! -x $(PY) ]; then \
+		echo "Creating $(VENV) with $(PYTHON)"; \
+		$(PYTHON) -m venv $(VENV); \
+	fi
+	$(PY) -m pip install --quiet torch==$(TORCH_VERSION) \
+		$(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
+	$(PY) -m pip install --quiet -r requirements.txt -c constraints.txt
+	@touch $@
+
+npm:
+	@if ! command -v npm >/dev/null; then \
+		if [ -n "$(IS_ROOT)" ] && command -v apt-get >/dev/null; then \
+			echo "npm not found: installing Debian's nodejs and npm with apt-get"; \
+			DEBIAN_FRONTEND=noninteractive apt-get update -qq; \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; \
+		else \
+			echo "npm is missing: it fetches the book's widget and MathJax files (pinned)."; \
+			echo "Install Node.js and npm, e.g. sudo apt-get install nodejs npm, then re-run."; \
+			exit 1; \
+		fi; \
+	fi
+
+# The pinned front-end files (package-lock.json) the book serves itself: npm ci + copy to _assets/.
+$(ASSETS_STAMP): package.json package-lock.json tools/fetch_assets.py \
+		tools/assets/mathjax-hub-shim.js | $(VENV_STAMP)
+	@$(MAKE) npm
+	$(PY) tools/fetch_assets.py
+	@touch $@
+
+assets: $(ASSETS_STAMP)
+
+# --------------------------------------------------------------------------- the book
+
+book: $(VENV_STAMP) $(ASSETS_STAMP)
+	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
+	@echo "The book: $(CURDIR)/$(BUILD_HTML)/index.html  (or: make serve)"
+
+# What CI checks: a fresh build (every page re-read), and not one warning in its log.
+book-strict: $(VENV_STAMP) $(ASSETS_STAMP)
+	@mkdir -p _build
+	@start=$$(date +%s); \
+	$(BIN)/jupyter-book build . $(BOOK_FLAGS) --all 2>&1 | tee _build/book-build.log; \
+	echo "book build: $$(( $$(date +%s) - start )) s"
+	@if grep -n -E "(WARNING|ERROR|CRITICAL|SEVERE):|\((WARNING|ERROR|SEVERE)/[0-9]\)" _build/book-build.log; then \
+		echo "The book build printed the warnings above: it must be clean."; exit 1; \
+	fi
+
+# --------------------------------------------------------------------------- checks
+
+test: lint unit nbval book-strict browser
+	@echo "make test: all checks passed. The book: $(CURDIR)/$(BUILD_HTML)/index.html"
+
+lint: $(VENV_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+unit: $(VENV_STAMP)
+	$(PY) -m pytest tests --ignore=tests/browser --durations=10
+
+nbval: $(VENV_STAMP)
+	@if [ -z "$(NOTEBOOKS)" ]; then \
+		echo "nbval: notebooks/ has no notebook yet: nothing to validate."; \
+	else \
+		$(PY) -m pytest $(NBVAL_FLAGS) notebooks/; \
+	fi
+
+chromium:
+	@path=$$($(FIND_CHROMIUM)); \
+	if [ -z "$$path" ]; then \
+		if [ -n "$(IS_ROOT)" ] && command -v apt-get >/dev/null; then \
+			echo "Chromium not found: installing Debian's chromium with apt-get"; \
+			DEBIAN_FRONTEND=noninteractive apt-get update -qq; \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		else \
+			echo "Chromium is missing: the browser tests drive Debian's chromium."; \
+			echo "Install it (sudo apt-get install chromium) or set CHROMIUM=/path/to/chromium."; \
+			exit 1; \
+		fi; \
+	fi; \
+	echo "Chromium: $$($(FIND_CHROMIUM))"
+
+# The built book in headless Chromium (Playwright, never `playwright install`).
+browser: $(VENV_STAMP) chromium
+	CHROMIUM=$$($(FIND_CHROMIUM)) $(PY) -m pytest tests/browser
+
+# --------------------------------------------------------------------------- working on it
+
+lab: $(VENV_STAMP)
+	$(BIN)/jupyter lab --notebook-dir=notebooks $(if $(IS_ROOT),--allow-root)
+
+# The install cell first (it follows repository.url in _config.yml), then every cell is executed.
+notebooks: $(VENV_STAMP)
+	$(PY) tools/stamp_install_cell.py
+	$(PY) tools/execute_notebooks.py $(if $(REMEASURE),--remeasure)
+
+serve:
+	@test -f $(BUILD_HTML)/index.html || { echo "No built book: run 'make book' first."; exit 1; }
+	@echo "Serving the book at http://$(HOST):$(PORT)/  (Ctrl+C to stop)"
+	@$(PYTHON) -m http.server $(PORT) --bind $(HOST) --directory $(BUILD_HTML)
+
+bench: $(VENV_STAMP)
+	@if [ -f benchmarks/run_all.py ]; then \
+		$(PY) benchmarks/run_all.py; \
+	else \
+		echo "No benchmarks yet (benchmarks/run_all.py does not exist)."; \
+	fi
+
+# Exact versions of everything in .venv (minus this package), for `pip install -c constraints.txt`.
+constraints: $(VENV_STAMP)
+	@{ sed -n '1,3p' constraints.txt; \
+	$(PY) -m pip freeze --exclude-editable | sed -E 's/^(torch==[^+]+)\+.*/\1/'; \
+	} > constraints.txt.new
+	@mv constraints.txt.new constraints.txt
+	@touch $(VENV_STAMP)
+	@echo "constraints.txt: $$(grep -c '==' constraints.txt) pinned packages"
+
+clean:
+	rm -rf _build _assets node_modules
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,385 @@
+"""The built book in a real browser: every page clean, maths typeset, every widget alive, no kernel.
+
+For every HTML page of _build/html (served on 127.0.0.1), in headless Chromium:
+- no console error, no uncaught exception, no failed request, no HTTP error;
+- not a single non-local request: every request leaving 127.0.0.1 is blocked and counted, so a
+  CDN dependency fails loudly instead of working only for readers who happen to be online;
+- maths is typeset by the local MathJax 3 (every `.math` element holds an `mjx-container`);
+- every saved widget renders, and moving each of its controls (slider: arrow keys; dropdown/select:
+  another option; toggle buttons/radio: another choice; checkbox/toggle: click) changes the frame
+  that is shown. The links run in the browser: there is no kernel.
+A full-page screenshot of each page goes to _build/screenshots/. One page is also opened from
+file:// (maths and a widget must work there too).
+
+Run after `make book`; skipped only if the book has not been built.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
+
+BUILD = Path(__file__).resolve().parents[2] / "_build" / "html"
+
+if not (BUILD / "index.html").is_file():
+    pytest.skip(
+        f"the built book is absent ({BUILD}/index.html): run `make book` first",
+        allow_module_level=True,
+    )
+
+RENDER_TIMEOUT_MS = 30_000
+CHANGE_TIMEOUT_S = 5.0
+WIDGET_VIEW = 'script[type="application/vnd.jupyter.widget-view+json"]'
+MATH = ".math.notranslate"
+# What a widget shows (its frames), as opposed to its controls and their labels/readouts.
+SHOWN = (
+    ".widget-html-content, .widget-htmlmath-content, img.widget-image, .widget-output, "
+    ".widget-label-basic, .widget-valid"
+)
+SKIP_DIRS = {"_static", "_sources", "_images", "_sphinx_design_static"}
+
+
+def book_pages() -> list[str]:
+    """Every HTML page of the built book, relative to _build/html (redirect stubs left out)."""
+    pages = []
+    for path in sorted(BUILD.rglob("*.html")):
+        rel = path.relative_to(BUILD).as_posix()
+        if rel.split("/")[0] in SKIP_DIRS:
+            continue
+        head = path.read_text(encoding="utf-8", errors="replace")[:2000]
+        if re.search(r'http-equiv="refresh"', head, re.IGNORECASE):
+            continue  # index.html: a redirect to the root page, which is tested itself
+        pages.append(rel)
+    return pages
+
+
+PAGES = book_pages()
+
+
+def page_source(rel: str) -> str:
+    return (BUILD / rel).read_text(encoding="utf-8")
+
+
+def has_widgets(rel: str) -> bool:
+    return "application/vnd.jupyter.widget-view+json" in page_source(rel)
+
+
+def has_maths(rel: str) -> bool:
+    return re.search(r'class="math notranslate', page_source(rel)) is not None
+
+
+# --------------------------------------------------------------------------- page probe
+
+
+@dataclass
+class Probe:
+    """Everything that went wrong while a page was open."""
+
+    local_prefixes: tuple[str, ...]
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    failed_requests: list[str] = field(default_factory=list)
+    http_errors: list[str] = field(default_factory=list)
+    non_local: list[str] = field(default_factory=list)
+
+    def route(self, route) -> None:
+        url = route.request.url
+        if url.startswith(self.local_prefixes):
+            route.continue_()
+        else:
+            self.non_local.append(url)
+            route.abort("blockedbyclient")
+
+    def on_request_failed(self, request) -> None:
+        if request.url not in self.non_local:  # blocked requests are reported as non-local
+            self.failed_requests.append(f"{request.url}: {request.failure}")
+
+    def on_response(self, response) -> None:
+        if response.status >= 400:
+            self.http_errors.append(f"{response.status} {response.url}")
+
+    def on_console(self, message) -> None:
+        if message.type == "error":
+            self.console_errors.append(message.text)
+
+    def problems(self) -> dict[str, list[str]]:
+        found = {
+            "console errors": self.console_errors,
+            "uncaught exceptions": self.page_errors,
+            "failed requests": self.failed_requests,
+            "HTTP errors": self.http_errors,
+            "non-local requests (blocked)": self.non_local,
+        }
+        return {kind: items for kind, items in found.items() if items}
+
+
+def open_page(browser, url: str, local_prefixes: tuple[str, ...]):
+    """A fresh context + page with every request routed through a Probe; returns (page, probe)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    probe = Probe(local_prefixes)
+    context.route("**/*", probe.route)
+    page = context.new_page()
+    page.on("console", probe.on_console)
+    page.on("pageerror", lambda error: probe.page_errors.append(str(error)))
+    page.on("requestfailed", probe.on_request_failed)
+    page.on("response", probe.on_response)
+    response = page.goto(url, wait_until="load")
+    if response is not None and not url.startswith("file:"):
+        assert response.ok, f"{url}: HTTP {response.status}"
+    return page, probe
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def wait_for_maths(page, rel: str, probe: Probe) -> None:
+    n_maths = page.locator(MATH).count()
+    if n_maths == 0:
+        return
+    try:
+        page.wait_for_function(
+            """(selector) => {
+                const maths = Array.from(document.querySelectorAll(selector));
+                return maths.length > 0 && maths.every((m) => m.querySelector("mjx-container"));
+            }""",
+            arg=MATH,
+            timeout=RENDER_TIMEOUT_MS,
+        )
+    except Exception as error:  # playwright's TimeoutError
+        typeset = page.locator(f"{MATH} mjx-container").count()
+        pytest.fail(
+            f"{rel}: maths not typeset ({typeset} of {n_maths} formulas): {error}; "
+            f"page problems: {probe.problems()}"
+        )
+    assert page.locator("mjx-container").count() >= n_maths
+    errors = page.locator("mjx-merror").all_inner_texts()
+    assert not errors, f"{rel}: MathJax errors in formulas: {errors}"
+
+
+def wait_for_widgets(page, rel: str, probe: Probe) -> int:
+    """Wait until every saved widget view has rendered; return how many there are."""
+    n_views = page.locator(WIDGET_VIEW).count()
+    if n_views == 0:
+        return 0
+    try:
+        page.wait_for_function(
+            """(selector) => Array.from(document.querySelectorAll(selector)).every((s) => {
+                const area = s.parentElement.querySelector(":scope > .widget-subarea");
+                return area && area.querySelector(".jupyter-widgets, .widget-toggle-buttons");
+            })""",
+            arg=WIDGET_VIEW,
+            timeout=RENDER_TIMEOUT_MS,
+        )
+    except Exception as error:
+        rendered = page.locator(".widget-subarea").count()
+        pytest.fail(
+            f"{rel}: only {rendered} of {n_views} widgets rendered: {error}; "
+            f"page problems: {probe.problems()}"
+        )
+    text = page.locator(".widget-subarea").all_inner_texts()
+    broken = [t for t in text if "Error displaying widget" in t or "Error rendering" in t]
+    assert not broken, f"{rel}: widgets failed to render: {broken}"
+    return n_views
+
+
+# --------------------------------------------------------------------------- widget controls
+
+
+def shown(root) -> str:
+    """What a widget currently shows: the outer HTML of its visible frames, in document order."""
+    return root.evaluate(
+        """(root, selector) => Array.from(root.querySelectorAll(selector))
+            .filter((el) => el.getClientRects().length > 0)
+            .map((el) => el.outerHTML).join("\\n")""",
+        SHOWN,
+    )
+
+
+def wait_for_change(root, before: str) -> bool:
+    deadline = time.monotonic() + CHANGE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if shown(root) != before:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def controls(root) -> list[tuple[str, object]]:
+    """(kind, locator) of every control inside one rendered widget, in document order."""
+    found = []
+    for handle in root.locator(".widget-slider .noUi-handle").all():
+        found.append(("slider", handle))
+    for select in root.locator(".widget-dropdown select, .widget-select select").all():
+        found.append(("select", select))
+    for group in root.locator(".widget-toggle-buttons").all():
+        found.append(("toggle-buttons", group))
+    for group in root.locator(".widget-radio-box").all():
+        found.append(("radio", group))
+    for box in root.locator(".widget-checkbox input[type=checkbox]").all():
+        found.append(("checkbox", box))
+    for button in root.locator(
+        "button.widget-toggle-button:not(.widget-toggle-buttons button)"
+    ).all():
+        found.append(("toggle", button))
+    return found
+
+
+def move(kind: str, control) -> str:
+    """Move one control to another value; returns a description of what was done."""
+    if kind == "slider":
+        now = control.get_attribute("aria-valuenow")
+        top = control.get_attribute("aria-valuemax")
+        key = (
+            "ArrowLeft"
+            if now is not None and top is not None and float(now) >= float(top)
+            else ("ArrowRight")
+        )
+        control.focus()
+        control.press(key)
+        return f"pressed {key} on a slider at {now}"
+    if kind == "select":
+        options = control.locator("option").all()
+        assert len(options) >= 2, "a dropdown/select with fewer than two options cannot move"
+        current = control.evaluate("(s) => s.selectedIndex")
+        target = (current + 1) % len(options)
+        control.select_option(index=target)
+        return f"chose option {target} of a select at {current}"
+    if kind in ("toggle-buttons", "radio"):
+        selector = "button" if kind == "toggle-buttons" else "input[type=radio]"
+        choices = control.locator(selector).all()
+        assert len(choices) >= 2, f"{kind} with fewer than two choices cannot move"
+        for index, choice in enumerate(choices):
+            active = (
+                "mod-active" in (choice.get_attribute("class") or "")
+                if kind == "toggle-buttons"
+                else choice.is_checked()
+            )
+            if not active:
+                choice.click()
+                return f"clicked choice {index} of {kind}"
+        raise AssertionError(f"every choice of {kind} is already active")
+    control.click()  # checkbox, toggle
+    return f"clicked a {kind}"
+
+
+def exercise_widgets(page, rel: str) -> list[str]:
+    """Move every control of every widget; return a list of failures (empty if all good)."""
+    failures = []
+    roots = page.locator(".widget-subarea").all()
+    for number, root in enumerate(roots, start=1):
+        found = controls(root)
+        if not shown(root) and not found:
+            failures.append(f"widget {number}: renders nothing visible")
+        for kind, control in found:
+            before = shown(root)
+            try:
+                done = move(kind, control)
+            except AssertionError as error:
+                failures.append(f"widget {number}: {error}")
+                continue
+            if not wait_for_change(root, before):
+                failures.append(f"widget {number}: {done}, but the shown frame did not change")
+    return failures
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_the_book_has_pages():
+    assert PAGES, f"no HTML pages found under {BUILD}"
+    assert any(page.startswith("book/") for page in PAGES), "the book/ pages are missing"
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.targets: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            if name in ("href", "src") and value:
+                self.targets.append(value)
+
+
+def test_local_links_resolve():
+    """Every local href/src of every page (download button, figures, scripts) is in the build."""
+    broken = []
+    for rel in PAGES:
+        parser = _Links()
+        parser.feed(page_source(rel))
+        for target in parser.targets:
+            parts = urlsplit(target)
+            if parts.scheme or parts.netloc or not parts.path:  # external, mailto:, data:, #anchor
+                continue
+            path = (BUILD / rel).parent / unquote(parts.path)
+            if not path.exists():
+                broken.append(f"{rel} -> {target}")
+    assert not broken, f"{len(broken)} broken local links: {broken[:20]}"
+
+
+@pytest.mark.parametrize("rel", PAGES)
+def test_page(rel: str, browser, book_url: str, screenshot_dir: Path):
+    page, probe = open_page(browser, book_url + rel, (book_url,))
+    try:
+        n_widgets = wait_for_widgets(page, rel, probe)
+        wait_for_maths(page, rel, probe)
+        if has_maths(rel):
+            assert page.locator("mjx-container").count() > 0, f"{rel}: maths not rendered"
+        shot = screenshot_dir / (rel.removesuffix(".html").replace("/", "__") + ".png")
+        page.screenshot(path=str(shot), full_page=True)
+        failures = exercise_widgets(page, rel) if n_widgets else []
+        page.wait_for_timeout(200)  # let late console messages and requests arrive
+    finally:
+        page.context.close()
+    assert not failures, f"{rel}: " + "; ".join(failures)
+    assert not probe.problems(), f"{rel}: {probe.problems()}"
+
+
+def test_page_works_from_file_url(browser):
+    """Opened straight from disk (file://): the maths and the widgets still work."""
+    candidates = [rel for rel in PAGES if has_widgets(rel)]
+    if not candidates:
+        pytest.skip("no page of the book has a widget yet")
+    rel = next((r for r in candidates if has_maths(r)), candidates[0])
+    url = (BUILD / rel).as_uri()
+    page, probe = open_page(browser, url, ("file://",))
+    try:
+        assert wait_for_widgets(page, rel, probe) > 0
+        wait_for_maths(page, rel, probe)
+        root = page.locator(".widget-subarea").first
+        found = controls(root)
+        assert found, f"{rel}: the first widget has no control"
+        before = shown(root)
+        done = move(*found[0])
+        assert wait_for_change(root, before), f"{rel} from file://: {done}, frame unchanged"
+        page.wait_for_timeout(200)
+    finally:
+        page.context.close()
+    assert not probe.problems(), f"{rel} from file://: {probe.problems()}"
+
+
+def test_search_finds_the_chapters(browser, book_url: str):
+    """The book's own search (no server side): searching "attention" lists chapter pages."""
+    if "search.html" not in PAGES:
+        pytest.skip("the book has no search page")
+    page, probe = open_page(browser, book_url + "search.html?q=attention", (book_url,))
+    try:
+        # Results appear one by one; the summary line says when the search has finished.
+        page.locator("#search-results .search-summary", has_text="found").wait_for(
+            timeout=RENDER_TIMEOUT_MS
+        )
+        links = page.locator("#search-results ul.search li a").evaluate_all(
+            "(links) => links.map((a) => a.href)"
+        )
+    finally:
+        page.context.close()
+    assert any("/notebooks/" in link for link in links), f"no chapter among the results: {links}"
+    assert not probe.problems(), f"search.html: {probe.problems()}"

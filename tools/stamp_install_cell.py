@@ -1,0 +1,165 @@
+"""Stamp the "install the course package" cell into every notebook, from _config.yml.
+
+    python tools/stamp_install_cell.py             # every notebooks/*.ipynb, in place
+    python tools/stamp_install_cell.py --check     # exit 1 if a notebook's cell is missing or stale
+    python tools/stamp_install_cell.py notebooks/01_attention.ipynb
+
+A notebook opened from the book's Colab button runs on a machine where `transformer_course` is not
+installed. So every notebook carries, right after its title cell, one small code cell that installs
+the package from the repository named in `_config.yml` (`repository.url`, at `repository.branch`)
+when it cannot be found, and does nothing at all (prints nothing) when it can: locally, on Binder
+(which installs requirements.txt, `-e .` included) and under nbval. With no URL set, the cell
+prints one line saying how to install the package instead.
+
+The cell is tagged `remove-cell`: the book never shows it (it would be an empty, code-only block at
+the top of every chapter, meaningless to someone reading the web page), while the .ipynb file that
+Colab, Binder and the download button open still has it.
+
+The tool is idempotent (a second run changes nothing) and touches nothing but that cell: every
+other cell, output and piece of metadata is kept as it is. When the cell's source changes, its
+execution count and outputs are cleared (they belonged to the old source); nbval runs it like any
+cell and finds no output on either side, and `make notebooks` executes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import nbformat
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "_config.yml"
+DEFAULT_GLOB = "notebooks/*.ipynb"
+CELL_ID = "install-package"
+TAGS = ["remove-cell"]
+PACKAGE = "transformer_course"
+DISTRIBUTION = "transformer-course"  # the project name in pyproject.toml, as pip spells it
+
+WITH_URL = """\
+# In Colab (or anywhere the course package is missing) install it from the book's repository.
+# Where it is installed already, this cell does nothing.
+import importlib.util
+
+if importlib.util.find_spec("{package}") is None:
+    %pip install --quiet "{requirement}"
+    importlib.invalidate_caches()"""
+
+WITHOUT_URL = """\
+# The chapters import the course package: this says how to install it if it is missing.
+import importlib.util
+
+if importlib.util.find_spec("{package}") is None:
+    print("Install the course package first: `pip install -e .` in a clone of the repository.")"""
+
+
+def repository(config_path: Path = CONFIG) -> tuple[str, str]:
+    """(url, branch) of `repository` in the Jupyter Book config; url is "" when unset."""
+    config = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
+    repo = config.get("repository") or {}
+    url = str(repo.get("url") or "").strip().rstrip("/")
+    branch = str(repo.get("branch") or "main").strip()
+    return url, branch
+
+
+def install_cell_source(url: str, branch: str = "main") -> str:
+    """Source of the install cell for a repository `url` ("" for none) at `branch`."""
+    if not url:
+        return WITHOUT_URL.format(package=PACKAGE)
+    if any(c in url + branch for c in "\"' \n"):
+        raise ValueError(
+            f"repository url/branch: expected no quotes or spaces, got {url!r} {branch!r}"
+        )
+    requirement = f"{DISTRIBUTION} @ git+{url}@{branch}"
+    return WITH_URL.format(package=PACKAGE, requirement=requirement)
+
+
+def is_install_cell(cell: nbformat.NotebookNode) -> bool:
+    """The stamped cell, found by its id or (after a copy that renumbered ids) by its source."""
+    if cell.cell_type != "code":
+        return False
+    if cell.get("id") == CELL_ID:
+        return True
+    return f'importlib.util.find_spec("{PACKAGE}") is None' in cell.source
+
+
+def stamp(nb: nbformat.NotebookNode, source: str) -> bool:
+    """Put exactly one install cell with `source` right after the title cell of `nb`.
+
+    Returns True if `nb` changed. An existing install cell with the same source keeps its
+    execution count and outputs; any other copies of it are removed.
+    """
+    if nb.nbformat_minor < 5:
+        # Cell ids arrived in nbformat 4.5; give the others the ids execute_notebooks.py would.
+        nb.nbformat_minor = 5
+        for index, cell in enumerate(nb.cells):
+            cell.setdefault("id", f"cell-{index:03d}")
+    before = nbformat.writes(nb)
+    existing = [cell for cell in nb.cells if is_install_cell(cell)]
+    others = [cell for cell in nb.cells if not is_install_cell(cell)]
+    keep = next((c for c in existing if c.source == source), None)
+    if keep is None:
+        keep = nbformat.v4.new_code_cell(source)
+    keep["id"] = CELL_ID
+    keep.metadata["tags"] = list(TAGS)
+    position = 1 if others and others[0].cell_type == "markdown" else 0
+    nb.cells = others[:position] + [keep] + others[position:]
+    nbformat.validate(nb)
+    return nbformat.writes(nb) != before
+
+
+def notebook_text(nb: nbformat.NotebookNode) -> str:
+    """The file text, as tools/execute_notebooks.py writes it (nbformat, trailing newline)."""
+    text = nbformat.writes(nb)
+    return text if text.endswith("\n") else text + "\n"
+
+
+def stamp_file(path: Path, source: str, write: bool = True) -> bool:
+    """Stamp the notebook at `path`; True if it changed (written unless `write` is False)."""
+    original = path.read_text(encoding="utf-8")
+    nb = nbformat.reads(original, as_version=4)
+    stamp(nb, source)
+    text = notebook_text(nb)
+    changed = text != original
+    if changed and write:
+        with open(path, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Insert or update the package-install cell of every notebook from _config.yml."
+    )
+    parser.add_argument("paths", nargs="*", help=f"notebooks (default: {DEFAULT_GLOB})")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if stale")
+    parser.add_argument("--config", type=Path, default=CONFIG, help="Jupyter Book _config.yml")
+    args = parser.parse_args(argv)
+
+    url, branch = repository(args.config)
+    source = install_cell_source(url, branch)
+    paths = [Path(p) for p in args.paths] or sorted(ROOT.glob(DEFAULT_GLOB))
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise SystemExit(f"no such notebook: {', '.join(missing)}")
+    target = f"{url}@{branch}" if url else "no repository URL (_config.yml repository.url)"
+    stale = []
+    for path in paths:
+        changed = stamp_file(path, source, write=not args.check)
+        if changed:
+            stale.append(path)
+        status = ("needs stamping" if args.check else "stamped") if changed else "up to date"
+        print(f"{path}: {status}")
+    if args.check and stale:
+        print(
+            f"{len(stale)} notebook(s) lack the install cell for {target}: "
+            "run `python tools/stamp_install_cell.py`."
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
