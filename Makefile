@@ -128,7 +128,16 @@ chromium:
 			exit 1; \
 		fi; \
 	fi; \
-	echo "Chromium: $$($(FIND_CHROMIUM))"
+	echo "Chromium: $$($(FIND_CHROMIUM))"; \
+	if command -v fc-list >/dev/null && [ -z "$$(fc-list :lang=zh 2>/dev/null)" ]; then \
+		if [ -n "$(IS_ROOT)" ] && command -v apt-get >/dev/null; then \
+			echo "No Chinese font: installing Debian's fonts-wqy-microhei for the glossary's terms"; \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-wqy-microhei >/dev/null \
+				|| echo "(could not install it: the screenshots will show boxes for Chinese)"; \
+		else \
+			echo "Note: no Chinese font found; screenshots show boxes for the Chinese terms."; \
+		fi; \
+	fi
 
 # The built book in headless Chromium (Playwright, never `playwright install`).
 browser: $(VENV_STAMP) chromium

@@ -44,7 +44,8 @@ BIN = Path(sys.executable).parent
 
 def makefile_flags(name: str, makefile: Path = ROOT / "Makefile") -> list[str]:
     """The value of `NAME := ...` in the Makefile, split into arguments."""
-    match = re.search(rf"^{name}\s*:?=\s*(.*)$", makefile.read_text(), re.MULTILINE)
+    text = re.sub(r"\\\n\s*", " ", makefile.read_text())  # join continued lines
+    match = re.search(rf"^{name}\s*:?=\s*(.*)$", text, re.MULTILINE)
     if match is None:
         raise ValueError(f"{makefile}: expected a line '{name} := ...', found none")
     return match.group(1).split()
