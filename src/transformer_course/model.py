@@ -29,7 +29,52 @@ def count_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-class Encoder(nn.Module):
+class _Stack(nn.Module):
+    """n_layers copies of one layer class (fresh weights each), then an optional final LayerNorm.
+
+    Args: n_layers, then those of `layers.EncoderLayer` / `layers.DecoderLayer`; final_norm adds
+    the last LayerNorm.
+    """
+
+    layer_class: type[nn.Module]
+
+    def __init__(
+        self,
+        n_layers: int,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        activation: str | Callable[[Tensor], Tensor] = "relu",
+        final_norm: bool = False,
+        layer_norm_eps: float = 1e-5,
+        bias: bool = True,
+        attn_score: ScoreFactory = None,
+        attn_scale: float | None = None,
+    ):
+        super().__init__()
+        check_positive_int("n_layers", n_layers)
+        self.d_model = d_model
+        self.layers = nn.ModuleList(
+            self.layer_class(
+                d_model,
+                n_heads,
+                d_ff,
+                dropout,
+                norm_first,
+                activation,
+                layer_norm_eps,
+                bias,
+                attn_score,
+                attn_scale,
+            )
+            for _ in range(n_layers)
+        )
+        self.norm = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias) if final_norm else None
+
+
+class Encoder(_Stack):
     """A stack of n_layers EncoderLayers, with an optional final LayerNorm.
 
     Pre-LN layers leave their output un-normalised (the residual path is never normalised), so a
@@ -42,40 +87,7 @@ class Encoder(nn.Module):
         x (B, S, d_model), mask broadcastable to (B, n_heads, S, S) -> (B, S, d_model)
     """
 
-    def __init__(
-        self,
-        n_layers: int,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        norm_first: bool = False,
-        activation: str | Callable[[Tensor], Tensor] = "relu",
-        final_norm: bool = False,
-        layer_norm_eps: float = 1e-5,
-        bias: bool = True,
-        attn_score: ScoreFactory = None,
-        attn_scale: float | None = None,
-    ):
-        super().__init__()
-        check_positive_int("n_layers", n_layers)
-        self.d_model = d_model
-        self.layers = nn.ModuleList(
-            EncoderLayer(
-                d_model,
-                n_heads,
-                d_ff,
-                dropout,
-                norm_first,
-                activation,
-                layer_norm_eps,
-                bias,
-                attn_score,
-                attn_scale,
-            )
-            for _ in range(n_layers)
-        )
-        self.norm = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias) if final_norm else None
+    layer_class = EncoderLayer
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         # Checked here too, so that errors name this call's arguments.
@@ -88,7 +100,7 @@ class Encoder(nn.Module):
         return x
 
 
-class Decoder(nn.Module):
+class Decoder(_Stack):
     """A stack of n_layers DecoderLayers, with an optional final LayerNorm (see `Encoder`).
 
     Shape:
@@ -96,40 +108,7 @@ class Decoder(nn.Module):
         memory_mask broadcastable to (B, n_heads, T, S) -> (B, T, d_model)
     """
 
-    def __init__(
-        self,
-        n_layers: int,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        norm_first: bool = False,
-        activation: str | Callable[[Tensor], Tensor] = "relu",
-        final_norm: bool = False,
-        layer_norm_eps: float = 1e-5,
-        bias: bool = True,
-        attn_score: ScoreFactory = None,
-        attn_scale: float | None = None,
-    ):
-        super().__init__()
-        check_positive_int("n_layers", n_layers)
-        self.d_model = d_model
-        self.layers = nn.ModuleList(
-            DecoderLayer(
-                d_model,
-                n_heads,
-                d_ff,
-                dropout,
-                norm_first,
-                activation,
-                layer_norm_eps,
-                bias,
-                attn_score,
-                attn_scale,
-            )
-            for _ in range(n_layers)
-        )
-        self.norm = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias) if final_norm else None
+    layer_class = DecoderLayer
 
     def forward(
         self,
