@@ -108,11 +108,13 @@ lint: $(VENV_STAMP)
 unit: $(VENV_STAMP)
 	$(PY) -m pytest tests --ignore=tests/browser --durations=10
 
+# One thread, while `make notebooks` runs with the default (2 here): every check of the outputs is
+# also a check that they do not depend on the thread count.
 nbval: $(VENV_STAMP)
 	@if [ -z "$(NOTEBOOKS)" ]; then \
 		echo "nbval: notebooks/ has no notebook yet: nothing to validate."; \
 	else \
-		$(PY) -m pytest $(NBVAL_FLAGS) notebooks/; \
+		OMP_NUM_THREADS=1 $(PY) -m pytest $(NBVAL_FLAGS) notebooks/; \
 	fi
 
 chromium:

@@ -239,11 +239,12 @@ def first_chapter() -> str:
 
 @pytest.fixture(scope="module")
 def sample_book(tmp_path_factory):
-    """A small book (intro, the reference pages, the first chapter) built with SAMPLE_URL.
+    """The book built with SAMPLE_URL (the reference pages link to every chapter).
 
-    A temporary source tree: _config.yml with the sample URL, a short _toc.yml, the real book/ and
-    tools/ (symlinked), the first chapter stamped for the sample URL, stub front-end assets (the
-    build checks only that they exist; the browser tests use the real ones).
+    A temporary source tree: _config.yml with the sample URL, the real _toc.yml, book/, tools/ and
+    notebooks (symlinked) except the first chapter, which is copied and stamped for the sample URL,
+    stub front-end assets (the build checks only that they exist; the browser tests use the real
+    ones).
     Returns (html folder, build log, chapter docname).
     """
     tool = load_tool("stamp_install_cell")
@@ -254,18 +255,16 @@ def sample_book(tmp_path_factory):
     (src / "_config.yml").write_text(yaml.safe_dump(config, allow_unicode=True, sort_keys=False))
     chapter = first_chapter()
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    # The first chapter, then the parts made of book/ pages only (no appendix notebook).
-    toc["parts"][0]["chapters"] = [{"file": chapter}]
-    toc["parts"][1:] = [
-        part
-        for part in toc["parts"][1:]
-        if all(c["file"].startswith("book/") for c in part["chapters"])
-    ]
-    assert len(toc["parts"]) > 1, "the sample book needs the reference pages"
+    # The whole table of contents: the reference pages link to every chapter and to the appendix
+    # (and -n turns a link to a missing page into a warning). Only the first chapter is stamped.
     (src / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))
     for folder in ("book", "tools"):
         (src / folder).symlink_to(ROOT / folder, target_is_directory=True)
     (src / "notebooks").mkdir()
+    for part in toc["parts"]:
+        for entry in part["chapters"]:
+            if entry["file"].startswith("notebooks/") and entry["file"] != chapter:
+                (src / f"{entry['file']}.ipynb").symlink_to(ROOT / f"{entry['file']}.ipynb")
     notebook = src / f"{chapter}.ipynb"
     shutil.copy(ROOT / f"{chapter}.ipynb", notebook)
     tool.stamp_file(notebook, tool.install_cell_source(SAMPLE_URL, config["repository"]["branch"]))
