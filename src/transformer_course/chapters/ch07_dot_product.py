@@ -39,6 +39,7 @@ from ..scoring import (
 from ..training import DigitTask, TrainConfig, build_model, exact_match, held_out_set, train
 from ..widgets import Explorer, slider
 from .ch01_attention import best_time, torch_threads
+from .ch09_training import moving_average
 
 # --------------------------------------------------------------------------- the tiny example
 
@@ -454,25 +455,13 @@ def train_scorers(
     return [train_with_scorer(name, threads=threads, **overrides) for name in names]
 
 
-def smooth(values: Sequence[float], window: int = 25) -> list[float]:
-    """Running mean over the last `window` values (shorter at the start)."""
-    check_positive_int("window", window)
-    out, total = [], 0.0
-    for i, value in enumerate(values):
-        total += value
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
-
-
 def loss_figure(results: Sequence[TrainedScorer], window: int = 25):
     """Smoothed training loss against step for each scorer (log y); returns the Axes."""
     steps = list(range(1, len(results[0].losses) + 1))
     return plots.line_plot(
         None,
         steps,
-        {r.name: smooth(r.losses, window) for r in results},
+        {r.name: moving_average(r.losses, window) for r in results},
         xlabel="training step",
         ylabel=f"training loss (mean of {window} steps)",
         title="Digit reversal, one model per scorer",
