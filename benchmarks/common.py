@@ -2,9 +2,12 @@
 
 Timing: `interleaved` runs the candidates of one comparison in alternation, round after round
 (A B, B A, A B, ...), so that a slow spell of the machine hits every candidate alike; each round
-times a batch of calls long enough to dwarf the timer's own resolution. It reports the median and
-the interquartile range over rounds, and `ratio` compares two candidates round by round (the
-median of the per-round ratios), which cancels most of the drift a shared machine has.
+times a batch of calls long enough to dwarf the timer's own resolution. Before that, every
+candidate gets its own warm-up at the same inputs (a few untimed calls, for as long as one batch),
+so that no candidate's first calls (allocations, lazy initialisation, cold caches) are timed. It
+reports the median and the interquartile range over rounds, and `ratio` compares two candidates
+round by round (the median of the per-round ratios), which cancels most of the drift a shared
+machine has.
 
 Memory: `peak_memory` reads every allocation and free of PyTorch's CPU allocator from the profiler
 (`torch.profiler.profile(profile_memory=True)`) and replays them: the peak of the running total is
@@ -71,6 +74,22 @@ def _time_batch(fn: Callable[[], object], loops: int) -> float:
     return (time.perf_counter() - start) / loops
 
 
+def warm_up(fn: Callable[[], object], calls: int = 3, seconds: float = 0.0) -> float:
+    """Call `fn` at least `calls` times and until `seconds` have passed; return seconds per call.
+
+    None of these calls is a sample: they pay the one-off costs of the first calls (allocations,
+    lazy initialisation, cold caches, waking threads). The returned estimate, which `interleaved`
+    uses to size its batches, is the fastest call, so slow first calls do not count in it either.
+    """
+    if calls < 1:
+        raise ValueError(f"calls: expected at least 1 warm-up call, got {calls}")
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < calls or time.perf_counter() - start < seconds:
+        times.append(_time_batch(fn, 1))
+    return min(times)
+
+
 def interleaved(
     candidates: dict[str, Callable[[], object]],
     *,
@@ -78,10 +97,12 @@ def interleaved(
     min_rounds: int = 5,
     max_rounds: int = 25,
     min_batch: float = 0.02,
+    warmup_calls: int = 3,
 ) -> dict[str, Timing]:
     """Time the candidates in alternation; return one `Timing` per candidate.
 
-    Each candidate is called once to warm up, then timed once to choose how many calls
+    Each candidate first gets its own warm-up (`warm_up`): at least `warmup_calls` untimed calls,
+    and more until `min_batch` seconds have passed, whose fastest call tells how many calls
     (`loops`) make one sample last at least `min_batch` seconds. Then, round after round, every
     candidate runs one batch; the order rotates each round. The number of rounds fits `budget`
     seconds of timed work, within [min_rounds, max_rounds]. The garbage collector is off while
@@ -92,8 +113,9 @@ def interleaved(
     names = list(candidates)
     loops, round_cost = {}, 0.0
     for name, fn in candidates.items():
-        fn()  # warm-up: first-call allocations and lazy initialisation are not what we measure
-        once = max(_time_batch(fn, 1), 1e-9)
+        # Its own warm-up, at these inputs, right before it is calibrated: first-call costs
+        # (allocations, lazy initialisation, cold caches) are not what we measure.
+        once = max(warm_up(fn, warmup_calls, min_batch), 1e-9)
         loops[name] = max(1, math.ceil(min_batch / once))
         round_cost += once * loops[name]
     rounds = int(min(max_rounds, max(min_rounds, budget // round_cost)))

@@ -45,9 +45,11 @@ DEFAULT_OUT = HERE / "RESULTS.md"
 METHOD = """\
 - Time: the candidates of one comparison run in alternation, round after round (the order
   rotates each round), so a slow spell of the machine hits them alike. Each round times a batch
-  of calls lasting at least a few tens of milliseconds (after a warm-up call); the tables give
-  the median over rounds and the quartiles [first, third]. A ratio is taken round by round and
-  its median reported. `time.perf_counter`, garbage collector off while timing.
+  of calls lasting at least a few tens of milliseconds; before the first round, every candidate
+  gets its own warm-up at the same inputs (at least 3 untimed calls, and as long as one batch).
+  The tables give the median over rounds and the quartiles [first, third]. A ratio is taken
+  round by round and its median reported. `time.perf_counter`, garbage collector off while
+  timing.
 - Peak memory: PyTorch's profiler with `profile_memory=True` records every allocation and free
   of PyTorch's CPU allocator during one call; replaying them gives the peak above the memory that
   existed before the call (scratch buffers inside kernels included). The scoring section also

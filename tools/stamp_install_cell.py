@@ -8,8 +8,14 @@ A notebook opened from the book's Colab button runs on a machine where `transfor
 installed. So every notebook carries, right after its title cell, one small code cell that installs
 the package from the repository named in `_config.yml` (`repository.url`, at `repository.branch`)
 when it cannot be found, and does nothing at all (prints nothing) when it can: locally, on Binder
-(which installs requirements.txt, `-e .` included) and under nbval. With no URL set, the cell
-prints one line saying how to install the package instead.
+(binder/requirements.txt installs requirements.txt, `-e .` included) and under nbval. With no URL
+set, the cell prints one line saying how to install the package instead.
+
+After installing, the cell checks the ipywidgets this session has already imported: Colab imports
+its own ipywidgets 7 when the runtime starts, and Python keeps that module even after pip installs
+the ipywidgets 8 the widgets need (`widgets.Stack`). Then it prints one line: restart the runtime
+(Runtime > Restart session) and run the cells again; after the restart the package is found and
+the cell does nothing.
 
 The cell is tagged `remove-cell`: the book never shows it (it would be an empty, code-only block at
 the top of every chapter, meaningless to someone reading the web page), while the .ipynb file that
@@ -37,15 +43,27 @@ CELL_ID = "install-package"
 TAGS = ["remove-cell"]
 PACKAGE = "transformer_course"
 DISTRIBUTION = "transformer-course"  # the project name in pyproject.toml, as pip spells it
+# The widgets use ipywidgets 8 (widgets.Stack; pyproject.toml asks for ipywidgets>=8). Colab
+# ships 7 and imports it when the runtime starts: after the upgrade the session still runs 7.
+WIDGETS_MAJOR = 8
 
 WITH_URL = """\
 # In Colab (or anywhere the course package is missing) install it from the book's repository.
 # Where it is installed already, this cell does nothing.
 import importlib.util
+import sys
 
 if importlib.util.find_spec("{package}") is None:
     %pip install --quiet "{requirement}"
-    importlib.invalidate_caches()"""
+    importlib.invalidate_caches()
+    # Colab starts with its ipywidgets 7 imported; the widgets need the 8 just installed.
+    loaded = sys.modules.get("ipywidgets")
+    if loaded is not None and int(loaded.__version__.split(".")[0]) < {widgets_major}:
+        print(
+            "ipywidgets was upgraded to version {widgets_major}, but this session still runs "
+            f"{{loaded.__version__}}: restart the runtime (Runtime > Restart session), then run "
+            "the cells again."
+        )"""
 
 WITHOUT_URL = """\
 # The chapters import the course package: this says how to install it if it is missing.
@@ -73,7 +91,7 @@ def install_cell_source(url: str, branch: str = "main") -> str:
             f"repository url/branch: expected no quotes or spaces, got {url!r} {branch!r}"
         )
     requirement = f"{DISTRIBUTION} @ git+{url}@{branch}"
-    return WITH_URL.format(package=PACKAGE, requirement=requirement)
+    return WITH_URL.format(package=PACKAGE, requirement=requirement, widgets_major=WIDGETS_MAJOR)
 
 
 def is_install_cell(cell: nbformat.NotebookNode) -> bool:
