@@ -73,7 +73,7 @@ npm:
 
 # The pinned front-end files (package-lock.json) the book serves itself: npm ci + copy to _assets/.
 $(ASSETS_STAMP): package.json package-lock.json tools/fetch_assets.py \
-		tools/assets/mathjax-hub-shim.js | $(VENV_STAMP)
+		$(wildcard tools/assets/*.js) | $(VENV_STAMP)
 	@$(MAKE) npm
 	$(PY) tools/fetch_assets.py
 	@touch $@
@@ -142,7 +142,7 @@ chromium:
 	fi
 
 # The built book in headless Chromium (Playwright, never `playwright install`).
-browser: $(VENV_STAMP) chromium
+browser: $(VENV_STAMP) $(ASSETS_STAMP) chromium
 	CHROMIUM=$$($(FIND_CHROMIUM)) $(PY) -m pytest tests/browser
 
 # --------------------------------------------------------------------------- working on it

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
 import torch
 
+from transformer_course import plots
 from transformer_course.chapters import ch01_attention as ch
 from transformer_course.exercises import (
     Verdict,
@@ -135,3 +137,14 @@ def test_check_layer_costs():
     wrong_n = ch.check_layer_costs(n * n * d, n * d * d, n)
     assert not wrong_n and "break-even" in repr(wrong_n)
     assert ch.check_layer_costs(None, n * d * d, d) == unanswered()
+
+
+@pytest.mark.parametrize("verdict", [Verdict.right("ok"), Verdict.not_yet("a < b", "x")])
+def test_verdict_colours_read_at_wcag_aa(verdict: Verdict):
+    """The coloured word and the body text both reach 4.5:1 on the verdict's tint."""
+    html = verdict._repr_html_()
+    background = re.search(r"background:(#[0-9a-fA-F]{6})", html).group(1)
+    inks = re.findall(r"(?<![-\w])color:(#[0-9a-fA-F]{6})", html)
+    assert len(inks) == 2, html
+    for ink in inks:
+        assert plots.contrast_ratio(ink, background) >= 4.5, (ink, background)

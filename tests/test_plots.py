@@ -308,3 +308,19 @@ def test_vectors_refuse_bad_input():
         plots.svg_vectors([[1.0, 2.0]], ["a"], extent=-1.0)
     zero = parse(plots.svg_vectors([[0.0, 0.0], [1.0, 0.0]], ["0", "x"]))
     assert len(list(zero.iter(f"{SVG}line"))) == 1  # a zero vector is a dot, not an arrow
+
+
+def test_contrast_ratio_matches_wcag():
+    assert plots.contrast_ratio("#000000", "#ffffff") == pytest.approx(21.0)
+    assert plots.contrast_ratio("#777777", "#777777") == pytest.approx(1.0)
+    # Symmetric, and WCAG's worked value for #767676 on white (the lightest grey passing AA).
+    assert plots.contrast_ratio("#ffffff", "#767676") == pytest.approx(4.54, abs=0.01)
+    assert plots.contrast_ratio("#767676", "#ffffff") == plots.contrast_ratio("#ffffff", "#767676")
+    with pytest.raises(ValueError, match="colour_hex"):
+        plots.contrast_ratio("red", "#ffffff")
+
+
+def test_the_book_greys_read_on_white():
+    """Axis labels and captions are drawn in GREY and DARK: both pass AA (4.5:1) on white."""
+    for ink in (plots.GREY, plots.DARK, plots.BLUE):
+        assert plots.contrast_ratio(ink, "#ffffff") >= 4.5, ink

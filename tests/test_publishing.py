@@ -7,7 +7,10 @@
   zero warnings; tools/book_ext.py turns them off without a URL.
 - Every notebook carries exactly one install cell, the one tools/stamp_install_cell.py derives from
   _config.yml; it prints nothing where the package is installed (nbval compares outputs), installs
-  the package from the repository where it is not (Colab), and the tool touches no other cell.
+  the package from the repository where it is not (Colab), then says to restart if the session
+  still runs an ipywidgets older than 8 (Colab's), and the tool touches no other cell.
+- Binder's binder/requirements.txt installs the CPU build of the Makefile's torch from PyTorch's
+  CPU index, then everything requirements.txt installs (and is shown to catch a broken copy).
 - `make serve` serves the built book on 127.0.0.1 and prints the address.
 """
 
@@ -32,6 +35,9 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 import yaml
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
@@ -258,7 +264,7 @@ def sample_book(tmp_path_factory):
     # The whole table of contents: the reference pages link to every chapter and to the appendix
     # (and -n turns a link to a missing page into a warning). Only the first chapter is stamped.
     (src / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))
-    for folder in ("book", "tools"):
+    for folder in ("book", "tools", "_templates"):
         (src / folder).symlink_to(ROOT / folder, target_is_directory=True)
     (src / "notebooks").mkdir()
     for part in toc["parts"]:
@@ -516,6 +522,70 @@ def test_install_cell_installs_from_the_repository_when_missing(monkeypatch, cap
     assert capsys.readouterr().out == ""
 
 
+def fake_ipywidgets(monkeypatch, version: str | None) -> None:
+    """Make `version` the ipywidgets this session has imported (None: not imported)."""
+    if version is None:
+        monkeypatch.delitem(sys.modules, "ipywidgets", raising=False)
+    else:
+        monkeypatch.setitem(sys.modules, "ipywidgets", SimpleNamespace(__version__=version))
+
+
+def test_install_cell_says_restart_when_colab_still_runs_ipywidgets_7(monkeypatch, capsys):
+    """Colab imports its ipywidgets 7 at start-up; after installing 8 the cell says to restart."""
+    tool = stamp_tool()
+    source = tool.install_cell_source(SAMPLE_URL, "main")
+    fake_ipywidgets(monkeypatch, "7.7.1")
+    calls = run_cell(source, monkeypatch, installed=False)
+    assert [name for name, _ in calls] == ["pip"]  # the install comes first
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1, out
+    assert "7.7.1" in out and "ipywidgets" in out
+    assert "restart the runtime (Runtime > Restart session)" in out
+    assert "run the cells again" in out
+
+
+@pytest.mark.parametrize("version", ["8.1.5", "8.0.0rc1", None])
+def test_install_cell_silent_when_no_old_ipywidgets_is_loaded(monkeypatch, capsys, version):
+    """ipywidgets 8 already loaded, or none loaded yet (the next import gets 8): no advice."""
+    tool = stamp_tool()
+    fake_ipywidgets(monkeypatch, version)
+    calls = run_cell(tool.install_cell_source(SAMPLE_URL, "main"), monkeypatch, installed=False)
+    assert len(calls) == 1
+    assert capsys.readouterr() == ("", "")
+
+
+def test_install_cell_checks_ipywidgets_only_after_installing(monkeypatch, capsys):
+    """Where the package is installed (locally, Binder, nbval, Colab after the restart) the cell
+    does nothing, whatever ipywidgets is loaded."""
+    tool = stamp_tool()
+    fake_ipywidgets(monkeypatch, "7.7.1")
+    assert run_cell(tool.install_cell_source(SAMPLE_URL, "main"), monkeypatch, installed=True) == []
+    assert capsys.readouterr() == ("", "")
+
+
+def test_install_cell_template_compiles_with_the_version_check():
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    tool = stamp_tool()
+    source = tool.install_cell_source(SAMPLE_URL, "main")
+    compile(TransformerManager().transform_cell(source), "<install cell>", "exec")
+    assert f"< {tool.WIDGETS_MAJOR}:" in source and 'sys.modules.get("ipywidgets")' in source
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    widgets = re.search(r'"ipywidgets([^"]*)"', pyproject)
+    assert widgets and f">={tool.WIDGETS_MAJOR}" in widgets.group(1), widgets
+
+
+def test_intro_tells_colab_readers_what_the_install_cell_says(monkeypatch, capsys):
+    """book/intro.md explains the advice the cell prints, in the cell's own words."""
+    intro = " ".join((ROOT / "book" / "intro.md").read_text(encoding="utf-8").split())
+    fake_ipywidgets(monkeypatch, "7.7.1")
+    run_cell(stamp_tool().install_cell_source(SAMPLE_URL, "main"), monkeypatch, installed=False)
+    printed = capsys.readouterr().out
+    for phrase in ("ipywidgets was upgraded", "Runtime > Restart session", "run the cells again"):
+        assert phrase in printed, phrase
+        assert phrase in intro, phrase
+
+
 def test_install_cell_without_url_says_how_to_install(monkeypatch, capsys):
     tool = stamp_tool()
     assert run_cell(tool.install_cell_source(""), monkeypatch, installed=False) == []
@@ -550,6 +620,119 @@ def test_make_notebooks_stamps_before_executing():
     stamp = [i for i, line in enumerate(lines) if "stamp_install_cell.py" in line]
     execute = [i for i, line in enumerate(lines) if "execute_notebooks.py" in line]
     assert stamp and execute and stamp[0] < execute[0], lines
+
+
+# --------------------------------------------------------------------------- Binder
+
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def requirement_lines(
+    path: Path, problems: list[str], *, nested: bool = True, seen: tuple[Path, ...] = ()
+) -> list[str]:
+    """The lines of a pip requirements file, comments dropped, `-r` files read in place.
+
+    As pip reads them: a nested `-r` path is relative to the file that names it. With
+    `nested=False` the `-r` lines are left out instead. A missing file, or one that includes
+    itself, goes to `problems`.
+    """
+    if not path.is_file():
+        problems.append(f"{path}: no such requirements file")
+        return []
+    if path.resolve() in seen:
+        problems.append(f"{path} includes itself")
+        return []
+    text = re.sub(r"\\\n", "", path.read_text(encoding="utf-8"))  # line continuations
+    lines = []
+    for raw in text.splitlines():
+        line = re.sub(r"(^|\s+)#.*$", "", raw).strip()
+        include = re.fullmatch(r"(?:-r|--requirement)(?:\s+|=)(\S+)", line)
+        if include:
+            if nested:
+                included = path.parent / include.group(1)
+                lines += requirement_lines(included, problems, seen=(*seen, path.resolve()))
+        elif line:
+            lines.append(line)
+    return lines
+
+
+def named(lines: list[str], name: str) -> list[Requirement]:
+    """The requirements on `name` among `lines` (options such as `-e .` are skipped)."""
+    found = []
+    for line in lines:
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(requirement.name) == canonicalize_name(name):
+            found.append(requirement)
+    return found
+
+
+def binder_problems(binder_requirements: Path, root_requirements: Path, torch: str) -> list[str]:
+    """What is wrong with binder/requirements.txt: it must install torch `torch`, CPU build, from
+    PyTorch's CPU index, and everything else the root requirements.txt installs."""
+    problems: list[str] = []
+    own = requirement_lines(binder_requirements, problems, nested=False)
+    everything = requirement_lines(binder_requirements, problems)
+    root = requirement_lines(root_requirements, problems)
+    pins = [str(r.specifier) for r in named(own, "torch")]
+    if pins != [f"=={torch}+cpu"]:
+        problems.append(f"expected one torch=={torch}+cpu (the Makefile's version), got {pins}")
+    index = re.compile(rf"--extra-index-url(?:\s+|=){re.escape(CPU_INDEX)}/?")
+    if not any(index.fullmatch(line) for line in own):
+        problems.append(f"no `--extra-index-url {CPU_INDEX}` (where the +cpu wheels are)")
+    for spec in named(root, "torch"):
+        if Version(f"{torch}+cpu") not in spec.specifier:
+            problems.append(f"torch {torch}+cpu is outside the root range {spec}: pip would fail")
+    missing = [line for line in root if not named([line], "torch") and line not in everything]
+    if missing:
+        problems.append(f"root requirements not installed on Binder: {missing}")
+    if not {"-e .", "."} & set(everything):
+        problems.append("the course package itself (-e .) is not installed")
+    return problems
+
+
+def test_binder_installs_the_cpu_build_of_torch_and_the_root_requirements():
+    torch = makefile_variable("TORCH_VERSION")
+    assert re.fullmatch(r"\d+\.\d+\.\d+", torch), torch
+    problems = binder_problems(
+        ROOT / "binder" / "requirements.txt", ROOT / "requirements.txt", torch
+    )
+    assert not problems, "binder/requirements.txt:\n" + "\n".join(problems)
+
+
+def test_binder_uses_the_same_python():
+    # With a binder/ folder, repo2docker ignores the root runtime.txt.
+    assert (ROOT / "binder" / "runtime.txt").read_text().strip() == (
+        (ROOT / "runtime.txt").read_text().strip()
+    )
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("torch==2.13.0+cpu", "torch==2.12.0+cpu"),  # not the Makefile's version
+        ("torch==2.13.0+cpu", "torch==2.13.0"),  # not the CPU build: PyPI's CUDA one
+        ("torch==2.13.0+cpu", "torch"),  # not pinned
+        ("whl/cpu", "whl/cu121"),  # a CUDA index
+        ("--extra-index-url", "# --extra-index-url"),  # no index for the +cpu wheel
+        ("-r ../requirements.txt", "-r requirements.txt"),  # a path pip would not find
+        ("-r ../requirements.txt", "numpy"),  # the root requirements left out
+    ],
+)
+def test_binder_check_catches_a_broken_file(tmp_path, old, new):
+    """The check above can fail: each of these edits of binder/requirements.txt is caught."""
+    (tmp_path / "binder").mkdir()
+    shutil.copy(ROOT / "requirements.txt", tmp_path / "requirements.txt")
+    text = (ROOT / "binder" / "requirements.txt").read_text(encoding="utf-8")
+    assert old in text
+    broken = tmp_path / "binder" / "requirements.txt"
+    broken.write_text(text.replace(old, new), encoding="utf-8")
+    torch = makefile_variable("TORCH_VERSION")
+    root = tmp_path / "requirements.txt"
+    assert binder_problems(ROOT / "binder" / "requirements.txt", root, torch) == []
+    assert binder_problems(broken, root, torch), f"{old!r} -> {new!r} went unnoticed"
 
 
 # --------------------------------------------------------------------------- make serve

@@ -29,6 +29,7 @@ REQUIRED_ASSETS = (
     "vendor/html-manager/embed.js",
     "vendor/mathjax/es5/tex-mml-chtml.js",
     "mathjax-hub-shim.js",
+    "widget-a11y.js",
 )
 
 

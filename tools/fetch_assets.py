@@ -24,7 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 NODE_MODULES = ROOT / "node_modules"
 OUT = ROOT / "_assets"
-SHIM = Path(__file__).resolve().parent / "assets" / "mathjax-hub-shim.js"
+# Our own scripts, served next to the vendored files: the MathJax 2 -> 3 shim for the widget
+# embedder and the accessible names for the widgets' sliders.
+OWN_SCRIPTS = sorted((Path(__file__).resolve().parent / "assets").glob("*.js"))
 
 HTML_MANAGER = "@jupyter-widgets/html-manager"
 MATHJAX = "mathjax"
@@ -86,7 +88,8 @@ def lay_out() -> None:
     for part in MATHJAX_PARTS:
         shutil.copytree(mathjax / "es5" / part, mathjax_out / "es5" / part)
 
-    copy_file(SHIM, OUT / "mathjax-hub-shim.js")
+    for script in OWN_SCRIPTS:
+        copy_file(script, OUT / script.name)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,7 @@ Static figures use `heatmap` and `line_plot`, which accept an existing `Axes` or
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from html import escape
 
@@ -90,16 +91,33 @@ def colour(value: float, vmin: float = 0.0, vmax: float = 1.0, cmap: str = "viri
     return to_hex(matplotlib.colormaps[cmap](level), keep_alpha=False)
 
 
-def text_colour(background: str) -> str:
-    """Black or white, whichever reads better on `background` (WCAG relative luminance)."""
-    r, g, b = (int(background[i : i + 2], 16) / 255 for i in (1, 3, 5))
+def relative_luminance(colour_hex: str) -> float:
+    """WCAG 2 relative luminance of a colour given as "#rrggbb" (0 = black, 1 = white)."""
+    if not re.fullmatch(r"#[0-9a-fA-F]{6}", colour_hex):
+        raise ValueError(f"colour_hex: expected '#rrggbb', got {colour_hex!r}")
+    r, g, b = (int(colour_hex[i : i + 2], 16) / 255 for i in (1, 3, 5))
 
     def lin(c: float) -> float:
         return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
 
-    luminance = 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b)
-    # Contrast with white is (1.05)/(L+0.05), with black (L+0.05)/0.05: pick the larger.
-    return "#000" if (luminance + 0.05) / 0.05 > 1.05 / (luminance + 0.05) else "#fff"
+    return 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b)
+
+
+def contrast_ratio(foreground: str, background: str) -> float:
+    """WCAG 2 contrast ratio of two "#rrggbb" colours, from 1 (none) to 21 (black on white).
+
+    Text needs at least 4.5 (AA), large text and graphics 3.
+    """
+    lighter, darker = sorted(
+        (relative_luminance(foreground), relative_luminance(background)), reverse=True
+    )
+    return (lighter + 0.05) / (darker + 0.05)
+
+
+def text_colour(background: str) -> str:
+    """Black or white, whichever reads better on `background` (WCAG contrast ratio)."""
+    on_black = contrast_ratio("#000000", background)
+    return "#000" if on_black > contrast_ratio("#ffffff", background) else "#fff"
 
 
 def _text_width(text: str, font_size: float) -> float:
@@ -549,6 +567,15 @@ def svg_vectors(
     return "".join(out)
 
 
+def _caption(title: str | None) -> str:
+    """A table's bold caption, or nothing. Its ink is explicit, like the table's: see `frame`."""
+    if not title:
+        return ""
+    return (
+        f'<caption style="text-align:left;font-weight:bold;color:{DARK}">{escape(title)}</caption>'
+    )
+
+
 def readout(
     items: Mapping[str, str] | Sequence[tuple[str, str]], *, title: str | None = None
 ) -> str:
@@ -560,12 +587,9 @@ def readout(
         f"{escape(str(v))}</td></tr>"
         for k, v in pairs
     )
-    caption = (
-        f'<caption style="text-align:left;font-weight:bold">{escape(title)}</caption>'
-        if title
-        else ""
-    )
-    return f'<table style="font-size:13px;border-collapse:collapse">{caption}{rows}</table>'
+    caption = _caption(title)
+    style = f"font-size:13px;border-collapse:collapse;color:{DARK}"
+    return f'<table style="{style}">{caption}{rows}</table>'
 
 
 def table(
@@ -611,13 +635,9 @@ def table(
             for c in row[1:]
         )
         body.append(f"<tr>{cells}</tr>")
-    caption = (
-        f'<caption style="text-align:left;font-weight:bold">{escape(title)}</caption>'
-        if title
-        else ""
-    )
+    caption = _caption(title)
     return (
-        f'<table style="font-size:13px;border-collapse:collapse;'
+        f'<table style="font-size:13px;border-collapse:collapse;color:{DARK};'
         f'font-variant-numeric:tabular-nums">{caption}<thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table>"
     )
@@ -639,7 +659,10 @@ def frame(*parts: str, caption: str | None = None) -> str:
         else ""
     )
     return (
-        '<figure style="margin:0"><div style="display:flex;flex-wrap:wrap;gap:14px;'
+        # A light card with its own ink: the frames are drawn for a white page, and the theme's dark
+        # mode would otherwise give their tables and captions light-grey text on a light ground.
+        f'<figure style="margin:0;padding:4px;background:#fff;color:{DARK}">'
+        '<div style="display:flex;flex-wrap:wrap;gap:14px;'
         f'align-items:flex-start">{body}</div>{figcaption}</figure>'
     )
 

@@ -11,6 +11,13 @@ For every HTML page of _build/html (served on 127.0.0.1), in headless Chromium:
 A full-page screenshot of each page goes to _build/screenshots/. One page is also opened from
 file:// (maths and a widget must work there too).
 
+Accessibility: axe-core (pinned in package.json, injected from node_modules, so no request leaves
+the machine) checks every page against WCAG 2.0/2.1/2.2 A and AA and axe's best practices, once in
+the light theme and once in the dark one, after the maths and the widgets have rendered: named
+slider handles and controls, alt text on every figure, a name on every SVG, colour contrast of every
+text (code, captions, self-check verdicts, widget frames), landmarks, headings. No rule is switched
+off; a page passes with zero violations.
+
 Run after `make book`; skipped only if the book has not been built.
 """
 
@@ -35,6 +42,9 @@ if not (BUILD / "index.html").is_file():
         allow_module_level=True,
     )
 
+AXE = BUILD.parents[1] / "node_modules" / "axe-core" / "axe.min.js"
+# Every WCAG 2.x A/AA rule and axe's best practices; "experimental" rules are left to axe's authors.
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa", "best-practice"]
 RENDER_TIMEOUT_MS = 30_000
 CHANGE_TIMEOUT_S = 5.0
 WIDGET_VIEW = 'script[type="application/vnd.jupyter.widget-view+json"]'
@@ -290,6 +300,53 @@ def exercise_widgets(page, rel: str) -> list[str]:
     return failures
 
 
+# --------------------------------------------------------------------------- accessibility
+
+
+def axe_source() -> str:
+    if not AXE.is_file():
+        pytest.fail(f"axe-core is missing ({AXE}): run `make assets` (npm ci installs it, pinned)")
+    return AXE.read_text(encoding="utf-8")
+
+
+def axe_violations(page) -> list[str]:
+    """Run axe-core on the page as it is now; one line per violated rule, with a few examples."""
+    if not page.evaluate("() => typeof window.axe === 'object'"):
+        page.add_script_tag(content=axe_source())  # inline: no request
+    found = page.evaluate(
+        """async (tags) => {
+            const result = await axe.run(document, {
+                runOnly: {type: "tag", values: tags},
+                // axe's CSS preload re-fetches @import-ed sheets at a wrong URL (404s on every
+                // page); without it only css-orientation-lock cannot run (the book locks nothing).
+                preload: false,
+            });
+            return result.violations.map((v) => ({
+                id: v.id, impact: v.impact, help: v.help, count: v.nodes.length,
+                examples: v.nodes.slice(0, 3).map((n) =>
+                    n.target.join(" ") + " :: " + n.failureSummary.replace(/\\s+/g, " ")),
+            }));
+        }""",
+        AXE_TAGS,
+    )
+    return [
+        f"{v['id']} ({v['impact']}, {v['count']} elements): {v['help']}; e.g. "
+        + " | ".join(v["examples"])
+        for v in found
+    ]
+
+
+def set_theme(page, mode: str) -> None:
+    """Switch the theme (pydata-sphinx-theme reads data-theme on <html>), as a reader's toggle does.
+
+    CSS transitions are switched off first, so axe measures the colours the reader ends up with,
+    not a frame of the fade between the two themes.
+    """
+    page.add_style_tag(content="*, *::before, *::after { transition: none !important; }")
+    page.evaluate("(mode) => { document.documentElement.dataset.theme = mode; }", mode)
+    page.wait_for_timeout(50)
+
+
 # --------------------------------------------------------------------------- tests
 
 
@@ -325,6 +382,34 @@ def test_local_links_resolve():
     assert not broken, f"{len(broken)} broken local links: {broken[:20]}"
 
 
+class _Images(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.images: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "img":
+            self.images.append(dict(attrs))
+
+
+def test_every_figure_says_what_it_shows():
+    """Every <img> has alt text that describes it (a sentence, not the file name it came from).
+
+    Notebook figures get theirs from the cell's `mystnb.image.alt` metadata; without it myst-nb
+    writes the image's path, which tells a screen-reader user nothing.
+    """
+    bad = []
+    for rel in PAGES:
+        parser = _Images()
+        parser.feed(page_source(rel))
+        for image in parser.images:
+            alt = (image.get("alt") or "").strip()
+            looks_like_a_path = re.search(r"\.(png|jpe?g|svg|gif)$", alt) or "/" in alt
+            if len(alt.split()) < 4 or looks_like_a_path:
+                bad.append(f"{rel}: {image.get('src', '?')[-40:]} alt={alt[:60]!r}")
+    assert not bad, f"{len(bad)} figures without a describing alt text: {bad[:10]}"
+
+
 @pytest.mark.parametrize("rel", PAGES)
 def test_page(rel: str, browser, book_url: str, screenshot_dir: Path):
     page, probe = open_page(browser, book_url + rel, (book_url,))
@@ -341,6 +426,55 @@ def test_page(rel: str, browser, book_url: str, screenshot_dir: Path):
         page.context.close()
     assert not failures, f"{rel}: " + "; ".join(failures)
     assert not probe.problems(), f"{rel}: {probe.problems()}"
+
+
+@pytest.mark.parametrize("rel", PAGES)
+def test_page_is_accessible(rel: str, browser, book_url: str):
+    """axe-core finds no WCAG 2.x A/AA or best-practice violation, in the light and dark themes."""
+    page, probe = open_page(browser, book_url + rel, (book_url,))
+    try:
+        wait_for_widgets(page, rel, probe)
+        wait_for_maths(page, rel, probe)
+        report = {}
+        for mode in ("light", "dark"):
+            set_theme(page, mode)
+            report[mode] = axe_violations(page)
+    finally:
+        page.context.close()
+    failing = {mode: lines for mode, lines in report.items() if lines}
+    assert not failing, f"{rel}: accessibility violations: " + "; ".join(
+        f"[{mode}] {line}" for mode, lines in failing.items() for line in lines
+    )
+    assert not probe.problems(), f"{rel}: {probe.problems()}"
+
+
+def test_the_accessibility_check_can_fail(browser):
+    """The check is not vacuous: on a page with the faults it must catch, axe reports each one."""
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        page.set_content(
+            """<!doctype html><html lang="en"><head><title>faults</title></head><body><main>
+            <h1>Faults</h1>
+            <img src="data:image/gif;base64,R0lGODlhAQABAAAAACw=">
+            <svg role="img" width="10" height="10"><rect width="10" height="10"/></svg>
+            <div role="slider" tabindex="0" aria-valuemin="0" aria-valuemax="4" aria-valuenow="1">
+            </div>
+            <select><option>one</option></select>
+            <p style="color:#C85200;background:#fff4ea">Not yet</p>
+            </main></body></html>"""
+        )
+        found = {line.split(" ", 1)[0] for line in axe_violations(page)}
+    finally:
+        context.close()
+    expected = {
+        "image-alt",
+        "svg-img-alt",
+        "aria-input-field-name",
+        "select-name",
+        "color-contrast",
+    }
+    assert expected <= found, f"axe missed {sorted(expected - found)}; it found {sorted(found)}"
 
 
 def test_page_works_from_file_url(browser):
