@@ -73,7 +73,7 @@ npm:
 
 # The pinned front-end files (package-lock.json) the book serves itself: npm ci + copy to _assets/.
 $(ASSETS_STAMP): package.json package-lock.json tools/fetch_assets.py \
-		$(wildcard tools/assets/*.js) | $(VENV_STAMP)
+		$(wildcard tools/assets/*) | $(VENV_STAMP)
 	@$(MAKE) npm
 	$(PY) tools/fetch_assets.py
 	@touch $@

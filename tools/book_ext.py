@@ -30,6 +30,7 @@ REQUIRED_ASSETS = (
     "vendor/mathjax/es5/tex-mml-chtml.js",
     "mathjax-hub-shim.js",
     "widget-a11y.js",
+    "book.css",
 )
 
 

@@ -24,9 +24,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 NODE_MODULES = ROOT / "node_modules"
 OUT = ROOT / "_assets"
-# Our own scripts, served next to the vendored files: the MathJax 2 -> 3 shim for the widget
-# embedder and the accessible names for the widgets' sliders.
-OWN_SCRIPTS = sorted((Path(__file__).resolve().parent / "assets").glob("*.js"))
+# Our own files, served next to the vendored ones: the MathJax 2 -> 3 shim for the widget embedder,
+# the accessible names for the widgets' sliders, and the book's style rules.
+OWN_ASSETS = sorted(
+    path
+    for path in (Path(__file__).resolve().parent / "assets").iterdir()
+    if path.suffix in {".js", ".css"}
+)
 
 HTML_MANAGER = "@jupyter-widgets/html-manager"
 MATHJAX = "mathjax"
@@ -88,8 +92,8 @@ def lay_out() -> None:
     for part in MATHJAX_PARTS:
         shutil.copytree(mathjax / "es5" / part, mathjax_out / "es5" / part)
 
-    for script in OWN_SCRIPTS:
-        copy_file(script, OUT / script.name)
+    for own in OWN_ASSETS:
+        copy_file(own, OUT / own.name)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -477,6 +477,55 @@ def test_the_accessibility_check_can_fail(browser):
     assert expected <= found, f"axe missed {sorted(expected - found)}; it found {sorted(found)}"
 
 
+PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True}
+
+
+def test_pages_fit_a_phone(browser, book_url: str, screenshot_dir: Path):
+    """At 390 px wide no page scrolls sideways: what is wider (code cells, wide tables, widget
+    frames) scrolls inside its own box, and inline code and links wrap."""
+    context = browser.new_context(**PHONE)
+    too_wide = {}
+    try:
+        for rel in PAGES:
+            page = context.new_page()
+            probe = Probe((book_url,))
+            page.route("**/*", probe.route)
+            page.goto(book_url + rel)
+            wait_for_widgets(page, rel, probe)
+            wait_for_maths(page, rel, probe)
+            found = page.evaluate(
+                """() => {
+                    const width = document.documentElement.clientWidth;
+                    const scrolls = (el) => ["auto", "scroll", "hidden", "clip"]
+                        .includes(getComputedStyle(el).overflowX);
+                    const clipped = (el) => {
+                        for (let p = el.parentElement; p; p = p.parentElement) {
+                            if (scrolls(p)) return true;
+                        }
+                        return false;
+                    };
+                    const out = Array.from(document.querySelectorAll("article *")).filter((el) => {
+                        const box = el.getBoundingClientRect();
+                        return box.width > 0 && box.right > width + 1 && !clipped(el);
+                    });
+                    return {
+                        page: document.scrollingElement.scrollWidth - width,
+                        examples: out.slice(0, 3).map((el) => el.tagName + " " +
+                            (el.textContent || "").trim().slice(0, 40)),
+                    };
+                }"""
+            )
+            if found["page"] > 1 or found["examples"]:
+                too_wide[rel] = found
+            if rel.startswith("notebooks/05"):
+                page.screenshot(path=str(screenshot_dir / "phone__05_positional_encoding.png"))
+            assert not probe.problems(), f"{rel} on a phone: {probe.problems()}"
+            page.close()
+    finally:
+        context.close()
+    assert not too_wide, f"pages wider than a phone: {too_wide}"
+
+
 def test_page_works_from_file_url(browser):
     """Opened straight from disk (file://): the maths and the widgets still work."""
     candidates = [rel for rel in PAGES if has_widgets(rel)]
