@@ -93,6 +93,23 @@ def test_widget_views_have_saved_state(path: Path):
 
 
 @notebook_params
+def test_every_figure_has_alt_text(path: Path):
+    """A figure's cell says in words what it shows (`mystnb.image.alt`, the <img> alt in the book):
+    plain text a screen reader can speak, long enough to say what to see."""
+    problems = []
+    for index, cell in enumerate(read(path).cells):
+        if cell.cell_type != "code":
+            continue
+        if not any("image/png" in out.get("data", {}) for out in cell.outputs):
+            continue
+        alt = cell.metadata.get("mystnb", {}).get("image", {}).get("alt", "")
+        words = len(alt.split())
+        if not 12 <= words <= 90 or re.search(r"[$\\\n]", alt):
+            problems.append(f"cell {index} ({cell.get('id')}): {words} words: {alt[:50]!r}")
+    assert not problems, f"{path.name}: figures without a usable alt text: {problems}"
+
+
+@notebook_params
 def test_imports_the_package(path: Path):
     sources = "\n".join(cell.source for cell in code_cells(read(path)))
     pattern = r"^\s*(from\s+transformer_course[\s.]|import\s+transformer_course\b)"
