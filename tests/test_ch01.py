@@ -138,6 +138,10 @@ def test_time_layers_smoke_and_figure():
     ax = ch.timing_figure(timings)
     labels = [line.get_label() for line in ax.get_lines()]
     assert labels[:2] == ["self-attention layer", "GRU layer (nn.GRU)"] and len(labels) == 4
+    # The two grey references must not look alike in the legend: dashed n, dotted n².
+    linear, quadratic = ax.get_lines()[2:]
+    assert linear.get_color() == quadratic.get_color()
+    assert (linear.get_linestyle(), quadratic.get_linestyle()) == ("--", ":")
     with pytest.raises(ValueError, match="lengths"):
         ch.time_layers(())
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import matplotlib
 import pytest
 import torch
+from matplotlib.colors import to_hex
 
+from transformer_course import plots
 from transformer_course.chapters import ch07_dot_product as ch
 from transformer_course.scoring import (
     SCORER_NAMES,
@@ -237,8 +240,36 @@ def test_scoring_figure_has_both_panels():
     time_ax, memory_ax = fig.axes
     assert [line.get_label() for line in time_ax.get_lines()] == ["dot", "additive"]
     assert [line.get_label() for line in memory_ax.get_lines()] == ["dot", "additive"]
-    assert memory_ax.get_legend() is None and time_ax.get_title() == "Time, d = 4, 1 thread"
+    assert time_ax.get_title() == "Time, d = 4, 1 thread"
     assert time_ax.get_yscale() == memory_ax.get_yscale() == "log"
+    # One legend for both panels, and each scorer drawn the same way in both.
+    assert time_ax.get_legend() is None and memory_ax.get_legend() is None
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["dot", "additive"]
+    for left, right in zip(time_ax.get_lines(), memory_ax.get_lines(), strict=True):
+        assert look(left) == look(right) == expected_look(left.get_label())
+
+
+def look(line) -> tuple:
+    return (to_hex(line.get_color()), line.get_marker(), line.get_linestyle())
+
+
+def expected_look(name: str) -> tuple:
+    style = ch.SCORER_STYLES[name]
+    return (style["color"].lower(), style["marker"], style["linestyle"])
+
+
+def test_scorer_styles_are_distinct_readable_and_cover_every_scorer():
+    """Each scorer is told apart by more than colour, and every colour reads on white (>= 3:1)."""
+    assert set(ch.SCORER_STYLES) == set(ch.MEASURE_NAMES) >= set(SCORER_NAMES)
+    for name, style in ch.SCORER_STYLES.items():
+        assert plots.contrast_ratio(style["color"], "#ffffff") >= 3.0, name
+    markers = [style["marker"] for style in ch.SCORER_STYLES.values()]
+    assert len(set(markers)) == len(markers)
+    # Scorers that share a colour differ in line style as well.
+    for a, b in itertools.combinations(ch.SCORER_STYLES.values(), 2):
+        if a["color"] == b["color"]:
+            assert a["linestyle"] != b["linestyle"]
 
 
 # --------------------------------------------------------------------------- training
@@ -264,6 +295,20 @@ def test_train_with_scorer_smoke():
     assert result.parameters == ch.model_parameters("additive")[0]
     ax = ch.loss_figure([result], window=2)
     assert [line.get_label() for line in ax.get_lines()] == ["additive"]
+    assert look(ax.get_lines()[0]) == expected_look("additive")  # as in the scoring figure
+
+
+def test_loss_figure_styles_scorers_and_staggers_their_markers():
+    fake = [
+        ch.TrainedScorer(name=name, parameters=1, steps=80, seconds=1.0, final_loss=1.0,
+                         accuracy=0.5, losses=tuple([2.0] * 80))
+        for name in ("dot", "bilinear")
+    ]  # fmt: skip
+    ax = ch.loss_figure(fake, window=5)
+    dot, bilinear = ax.get_lines()
+    assert look(dot) == expected_look("dot") and look(bilinear) == expected_look("bilinear")
+    # Identical curves, yet their markers fall on different steps, so both stay visible.
+    assert dot.get_markevery() == (2, 10) and bilinear.get_markevery() == (7, 10)
 
 
 def test_train_config_uses_the_scorer_and_settings():

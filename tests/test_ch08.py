@@ -8,8 +8,9 @@ import math
 import matplotlib
 import pytest
 import torch
+from matplotlib.colors import to_hex
 
-from transformer_course import MultiHeadAttention, scaled_dot_product_attention
+from transformer_course import MultiHeadAttention, plots, scaled_dot_product_attention
 from transformer_course.chapters import ch08_scale as ch
 from transformer_course.training import DigitTask, build_model
 from transformer_course.widgets import Explorer
@@ -85,7 +86,13 @@ def test_variance_figure_has_both_panels():
     fig = ch.variance_figure(rows, n_pairs=2000)
     left, right = fig.axes
     assert len(left.get_lines()) == 3
+    # Measurements as points, the derivation as a line: visible although they coincide.
+    measured, scaled, derivation = left.get_lines()
+    assert measured.get_linestyle() == scaled.get_linestyle() == "None"
+    assert measured.get_marker() != "None" and derivation.get_linestyle() == "--"
     assert len(right.patches) == len(ch.HISTOGRAM_DIMS)
+    inks = [to_hex(patch.get_edgecolor()) for patch in right.patches]
+    assert inks == [plots.BLUE.lower(), plots.ORANGE.lower(), plots.GREY.lower()]
 
 
 # --------------------------------------------------------------------------- saturation

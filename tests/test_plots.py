@@ -237,6 +237,45 @@ def test_matplotlib_line_plot_log_axes_and_dashed_references():
         plots.line_plot(None, [1, 2, 3], {"bad": [1, 2]}, xlabel="n", ylabel="ms")
 
 
+def test_matplotlib_line_plot_styles_override_the_defaults_per_series():
+    from matplotlib.colors import to_hex
+
+    styles = {
+        "measured": {"color": plots.DARK_ORANGE, "marker": "x", "linestyle": "none"},
+        "∝ n": {"linestyle": ":"},
+        "not shown": {"color": plots.BLUE},  # a table for several figures: extra labels are fine
+    }
+    ax = plots.line_plot(
+        None,
+        [1, 2, 4],
+        {"measured": [1.0, 2.0, 4.0], "other": [2.0, 3.0, 5.0], "∝ n": [1.0, 2.0, 4.0]},
+        xlabel="n",
+        ylabel="ms",
+        dashed=("∝ n",),
+        styles=styles,
+    )
+    measured, other, reference = ax.get_lines()
+    assert to_hex(measured.get_color()) == plots.DARK_ORANGE.lower()
+    assert (measured.get_marker(), measured.get_linestyle()) == ("x", "None")
+    assert measured.get_linewidth() == 2  # defaults not named in the style are kept
+    assert (other.get_marker(), other.get_linestyle()) == ("s", "-")  # no style: as before
+    # A reference keeps its grey and width and takes only the dotted line from its style.
+    assert reference.get_linestyle() == ":" and to_hex(reference.get_color()) == plots.GREY.lower()
+    assert reference.get_marker() == "None" and reference.get_linewidth() == 1.2
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["measured", "other", "∝ n"]
+    with pytest.raises(TypeError, match=r"styles\['measured'\]: expected a mapping"):
+        plots.line_plot(
+            None, [1, 2], {"measured": [1, 2]}, xlabel="n", ylabel="ms", styles={"measured": "x"}
+        )
+
+
+def test_the_extra_line_colours_read_on_white():
+    """DARK_ORANGE and MID_GREY pass the 3:1 minimum for graphics; ORANGE does not."""
+    for ink in (plots.DARK_ORANGE, plots.MID_GREY):
+        assert plots.contrast_ratio(ink, "#ffffff") >= 3.0, ink
+    assert plots.contrast_ratio(plots.ORANGE, "#ffffff") < 3.0
+
+
 def test_table_is_well_formed_escaped_and_checked():
     html = plots.table(
         ["token", "mean", "norm"],

@@ -26,6 +26,10 @@ from matplotlib.colors import to_hex
 BLUE = "#006BA4"
 ORANGE = "#FF800E"
 GREY = "#595959"
+# The other two colours of the cycle that read on white at >= 3:1 (WCAG's minimum for graphics),
+# for figures with more lines than BLUE and GREY can carry. ORANGE itself has only 2.5:1.
+DARK_ORANGE = "#C85200"
+MID_GREY = "#898989"
 DARK = "#1a1a1a"
 FONT = "DejaVu Sans, Verdana, Arial, sans-serif"
 ALLOWED_CMAPS = ("viridis", "cividis")
@@ -446,7 +450,7 @@ def svg_line(
 
 
 # Colours of 2-D vector diagrams, in order: tableau-colorblind10 without its lightest greys.
-VECTOR_COLOURS = (BLUE, ORANGE, GREY, "#5F9ED1", "#C85200", "#898989")
+VECTOR_COLOURS = (BLUE, ORANGE, GREY, "#5F9ED1", DARK_ORANGE, MID_GREY)
 
 
 def svg_vectors(
@@ -778,6 +782,7 @@ def line_plot(
     markers: bool = True,
     dashed: Sequence[str] = (),
     caption: str | None = None,
+    styles: Mapping[str, Mapping[str, object]] | None = None,
 ):
     """Several curves against one x (e.g. time against sequence length), with a legend.
 
@@ -790,6 +795,10 @@ def line_plot(
         markers: mark the measured points.
         dashed: labels of series drawn dashed without markers (reference slopes, theory).
         caption: text under the figure saying what to see.
+        styles: label -> keyword arguments for that curve's `Axes.plot` (color, marker,
+            linestyle, markevery, zorder, ...), applied over the defaults above. Labels not in
+            `series` are ignored, so one table can give each series the same look in every
+            figure of a chapter, whichever subset a figure shows.
 
     Returns:
         The Axes.
@@ -797,6 +806,12 @@ def line_plot(
     xs = _as_vector("x", x)
     if not series:
         raise ValueError("series: expected at least one curve, got none")
+    styles = {} if styles is None else styles
+    for name, style in styles.items():
+        if not isinstance(style, Mapping):
+            raise TypeError(
+                f"styles[{name!r}]: expected a mapping of plot keywords, got {type(style).__name__}"
+            )
     ax = _axes(ax, (6.0, 3.8))
     marker_cycle = ("o", "s", "^", "D", "v")
     for k, (name, ys) in enumerate(series.items()):
@@ -804,10 +819,11 @@ def line_plot(
         if ys.size != xs.size:
             raise ValueError(f"series[{name!r}]: expected {xs.size} values like x, got {ys.size}")
         if name in dashed:
-            ax.plot(xs, ys, linestyle="--", color=GREY, linewidth=1.2, label=name)
+            look = {"linestyle": "--", "color": GREY, "linewidth": 1.2}
         else:
             marker = marker_cycle[k % len(marker_cycle)] if markers else None
-            ax.plot(xs, ys, marker=marker, linewidth=2, markersize=5, label=name)
+            look = {"marker": marker, "linewidth": 2, "markersize": 5}
+        ax.plot(xs, ys, **{**look, **styles.get(name, {})}, label=name)
     if logx:
         if not (xs > 0).all():
             raise ValueError(f"x: expected positive values with logx=True, got min {xs.min():.4g}")

@@ -194,6 +194,37 @@ MEASURE_NAMES = ("dot", "scaled_dot", "cosine", "bilinear", "additive", "dot_bro
 MEASURE_LENGTHS = (32, 64, 128, 256, 512)
 MEASURE_D = 32
 
+# One look per scorer in every figure of the chapter (`plots.line_plot`'s `styles`), so that a
+# reader who learned it in Figure 7.1 recognises the lines of Figure 7.2. Colour, marker and line
+# style each differ, so nothing rests on colour alone, and every colour has >= 3:1 on white.
+# Blue is the Transformer's scaled dot; orange the scores with learned weights of their own
+# (additive solid, bilinear dashed); greys the parameter-free rest, dot_broadcast dashed in dot's
+# grey because it computes the same numbers. Bilinear coincides with scaled_dot (memory) and
+# with dot (training loss), so it is drawn on top, thin and dashed, with small crosses, and
+# scaled_dot a little thicker with larger markers: where they overlap, both stay visible.
+SCORER_STYLES = {
+    "scaled_dot": {
+        "color": plots.BLUE,
+        "marker": "o",
+        "markersize": 7,
+        "linestyle": "-",
+        "linewidth": 2.5,
+    },
+    "additive": {"color": plots.DARK_ORANGE, "marker": "s", "linestyle": "-"},
+    "dot": {"color": plots.GREY, "marker": "^", "markersize": 6, "linestyle": "-"},
+    "cosine": {"color": plots.MID_GREY, "marker": "D", "linestyle": "-."},
+    "dot_broadcast": {"color": plots.GREY, "marker": "v", "markersize": 6, "linestyle": "--"},
+    "bilinear": {
+        "color": plots.DARK_ORANGE,
+        "marker": "x",
+        "markersize": 5,
+        "markeredgewidth": 1.5,
+        "linestyle": "--",
+        "linewidth": 1.2,
+        "zorder": 3,
+    },
+}
+
 
 def broadcast_dot_score(q: Tensor, k: Tensor) -> Tensor:
     """q . k for every pair via broadcasting: (..., T, 1, d) * (..., 1, S, d), summed over d."""
@@ -336,13 +367,13 @@ def format_bytes(n_bytes: float) -> str:
 def scoring_figure(rows: Sequence[ScoringRow]):
     """Two log-log panels against n: forward time and measured peak memory; returns the Figure.
 
-    One legend (left panel) names the scorers of both panels.
+    One legend, below both panels, names the scorers of both (SCORER_STYLES).
     """
     import matplotlib.pyplot as plt
 
     names = list(dict.fromkeys(r.name for r in rows))
     lengths = [r.n for r in select(rows, names[0])]
-    fig, (ax_time, ax_memory) = plt.subplots(1, 2, figsize=(10.0, 4.0), layout="constrained")
+    fig, (ax_time, ax_memory) = plt.subplots(1, 2, figsize=(10.0, 4.4), layout="constrained")
     plots.line_plot(
         ax_time,
         lengths,
@@ -353,6 +384,7 @@ def scoring_figure(rows: Sequence[ScoringRow]):
         + ("thread" if rows[0].threads == 1 else "threads"),
         logx=True,
         logy=True,
+        styles=SCORER_STYLES,
     )
     plots.line_plot(
         ax_memory,
@@ -363,8 +395,14 @@ def scoring_figure(rows: Sequence[ScoringRow]):
         title="Peak memory, measured",
         logx=True,
         logy=True,
+        styles=SCORER_STYLES,
     )
-    ax_memory.get_legend().remove()
+    # One legend for both panels, in a row below them: inside either panel it would cover lines
+    # (the left panel's lines fill its corners), and the two panels show the same scorers.
+    for ax in (ax_time, ax_memory):
+        ax.get_legend().remove()
+    handles, labels = ax_time.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(names), frameon=False)
     return fig
 
 
@@ -456,8 +494,16 @@ def train_scorers(
 
 
 def loss_figure(results: Sequence[TrainedScorer], window: int = 25):
-    """Smoothed training loss against step for each scorer (log y); returns the Axes."""
+    """Smoothed training loss against step for each scorer (log y), in the scorers' SCORER_STYLES;
+    returns the Axes."""
     steps = list(range(1, len(results[0].losses) + 1))
+    # A marker every `every` steps, each scorer's shifted by a fraction of that, so that lines
+    # lying on top of each other (dot and bilinear) still show both kinds of marker.
+    every = max(1, len(steps) // 8)
+    styles = {}
+    for k, r in enumerate(results):
+        first = every * (2 * k + 1) // (2 * len(results))
+        styles[r.name] = {**SCORER_STYLES[r.name], "markevery": (first, every)}
     return plots.line_plot(
         None,
         steps,
@@ -466,7 +512,7 @@ def loss_figure(results: Sequence[TrainedScorer], window: int = 25):
         ylabel=f"training loss (mean of {window} steps)",
         title="Digit reversal, one model per scorer",
         logy=True,
-        markers=False,
+        styles=styles,
     )
 
 
