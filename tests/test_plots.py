@@ -269,11 +269,12 @@ def test_matplotlib_line_plot_styles_override_the_defaults_per_series():
         )
 
 
-def test_the_extra_line_colours_read_on_white():
-    """DARK_ORANGE and MID_GREY pass the 3:1 minimum for graphics; ORANGE does not."""
-    for ink in (plots.DARK_ORANGE, plots.MID_GREY):
+def test_every_colour_of_the_book_reads_on_white():
+    """Every named colour passes WCAG's 3:1 minimum for graphics; the text ones 4.5:1."""
+    for ink in (*plots.LINE_COLOURS, plots.DARK_ORANGE, plots.MID_GREY):
         assert plots.contrast_ratio(ink, "#ffffff") >= 3.0, ink
-    assert plots.contrast_ratio(plots.ORANGE, "#ffffff") < 3.0
+    for ink in (plots.BLUE, plots.GREY, plots.DARK_ORANGE, plots.DARK):
+        assert plots.contrast_ratio(ink, "#ffffff") >= 4.5, ink
 
 
 def test_table_is_well_formed_escaped_and_checked():

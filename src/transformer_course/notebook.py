@@ -57,9 +57,14 @@ def seed_everything(seed: int = 0) -> None:
 def apply_figure_style() -> None:
     """Apply the book's matplotlib style (colour-blind-safe cycle, viridis, readable fonts)."""
     import matplotlib.pyplot as plt  # importing pyplot first lets the inline backend set its rc
+    from cycler import cycler
+
+    from transformer_course import plots
 
     plt.style.use(COLOR_CYCLE_STYLE)
     matplotlib.rcParams.update(STYLE_RC)
+    # The style's own cycle has pale colours (down to 1.5:1 on white): the book's keeps >= 3:1.
+    matplotlib.rcParams["axes.prop_cycle"] = cycler(color=list(plots.LINE_COLOURS))
 
 
 def _configure_inline_backend() -> None:

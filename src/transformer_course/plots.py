@@ -22,14 +22,20 @@ import numpy as np
 import torch
 from matplotlib.colors import to_hex
 
-# tableau-colorblind10: the colour cycle of the whole book (see notebook.setup).
+# The book's colours: colour-blind-safe (tableau-colorblind10 and Okabe-Ito), and every one reads on
+# white at >= 3:1, WCAG's minimum for graphics (tests/test_colour_vision.py measures both). ORANGE
+# is tableau's #FF800E darkened from 2.5:1 to 3.3:1; text in orange uses DARK_ORANGE (4.5:1).
 BLUE = "#006BA4"
-ORANGE = "#FF800E"
+ORANGE = "#E06C00"
 GREY = "#595959"
-# The other two colours of the cycle that read on white at >= 3:1 (WCAG's minimum for graphics),
-# for figures with more lines than BLUE and GREY can carry. ORANGE itself has only 2.5:1.
+PURPLE = "#CC79A7"
+GREEN = "#009E73"
 DARK_ORANGE = "#C85200"
 MID_GREY = "#898989"
+# matplotlib's line colour cycle (set by notebook.setup), and the colours of vectors in diagrams:
+# five that stay apart in every simulated colour vision (MID_GREY would merge with PURPLE and GREEN
+# for a deuteranope, so it is kept for figures that also vary the marker or the dashes).
+LINE_COLOURS = (BLUE, ORANGE, GREY, PURPLE, GREEN)
 DARK = "#1a1a1a"
 FONT = "DejaVu Sans, Verdana, Arial, sans-serif"
 ALLOWED_CMAPS = ("viridis", "cividis")
@@ -450,7 +456,7 @@ def svg_line(
 
 
 # Colours of 2-D vector diagrams, in order: tableau-colorblind10 without its lightest greys.
-VECTOR_COLOURS = (BLUE, ORANGE, GREY, "#5F9ED1", DARK_ORANGE, MID_GREY)
+VECTOR_COLOURS = LINE_COLOURS
 
 
 def svg_vectors(

@@ -477,7 +477,7 @@ def _pair_svg(pair: int, t: int, omega: float, window: int = EXPLORER_WINDOW) ->
         f'<text x="{num((x0 + x1) / 2)}" y="{y1 + 24}" text-anchor="middle">position</text>'
         f'<text x="{num(sx(t))}" y="{y0 - 7}" text-anchor="middle">t = {t}</text>'
         f'<text x="{x1 - 92}" y="14" fill="{plots.BLUE}">— sin</text>'
-        f'<text x="{x1 - 40}" y="14" fill="{plots.ORANGE}">- - cos</text></g>'
+        f'<text x="{x1 - 40}" y="14" fill="{plots.DARK_ORANGE}">- - cos</text></g>'
     )
     out.append("</svg>")
     return "".join(out)

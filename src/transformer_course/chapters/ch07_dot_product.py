@@ -622,7 +622,7 @@ def length_angle_explorer(
             plots.svg_vectors(
                 vectors,
                 ("q",) + KEY_LABELS,
-                colours=(plots.BLUE, plots.ORANGE, plots.GREY, "#5F9ED1", "#898989"),
+                colours=plots.VECTOR_COLOURS,
                 highlight=1,
                 extent=extent,
                 circle=1.0,
