@@ -576,30 +576,23 @@ def length_figure(
     """
     import matplotlib.pyplot as plt
 
-    fig, (ax_dot, ax_cos) = plt.subplots(1, 2, figsize=(10.0, 3.8), layout="constrained")
-    plots.line_plot(
-        ax_dot,
-        angles,
-        {
-            f"|k| = {r:g}": [float(length_angle(a, r).dot_weights[0]) for a in angles]
-            for r in lengths
-        },
-        xlabel="angle between k and q (degrees)",
-        ylabel="weight of k",
-        title="softmax of dot products",
+    fig, axes = plt.subplots(1, 2, figsize=(10.0, 3.8), layout="constrained")
+    panels = (
+        ("dot_weights", "softmax of dot products"),
+        ("cosine_weights", f"softmax of cosines / {WIDGET_TEMPERATURE:g}: the lines coincide"),
     )
-    plots.line_plot(
-        ax_cos,
-        angles,
-        {
-            f"|k| = {r:g}": [float(length_angle(a, r).cosine_weights[0]) for a in angles]
-            for r in lengths
-        },
-        xlabel="angle between k and q (degrees)",
-        ylabel="weight of k",
-        title=f"softmax of cosines / {WIDGET_TEMPERATURE:g}: the lines coincide",
-    )
-    for ax in (ax_dot, ax_cos):
+    for ax, (field, title) in zip(axes, panels, strict=True):
+        plots.line_plot(
+            ax,
+            angles,
+            {
+                f"|k| = {r:g}": [float(getattr(length_angle(a, r), field)[0]) for a in angles]
+                for r in lengths
+            },
+            xlabel="angle between k and q (degrees)",
+            ylabel="weight of k",
+            title=title,
+        )
         ax.set_ylim(0.0, 1.0)
         ax.set_xticks(list(range(0, 181, 30)))
     return fig
