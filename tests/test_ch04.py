@@ -18,6 +18,7 @@ from transformer_course import (
     scaled_dot_product_attention,
     to_torch_mask,
 )
+from transformer_course.attention import split_heads
 from transformer_course.chapters import ch01_attention as ch01
 from transformer_course.chapters import ch04_multi_head as ch
 from transformer_course.widgets import Explorer
@@ -55,7 +56,7 @@ def test_split_heads_gives_head_i_the_ith_block_of_every_token():
 def test_split_heads_equals_the_package_split_and_merge_inverts_it():
     x, mha = ch.walk_example()
     q = mha.q_proj(x)
-    torch.testing.assert_close(ch.split_heads(q, mha.n_heads), mha._split_heads(q))
+    torch.testing.assert_close(ch.split_heads(q, mha.n_heads), split_heads(q, mha.n_heads))
     torch.testing.assert_close(ch.merge_heads(ch.split_heads(q, mha.n_heads)), q)
 
 

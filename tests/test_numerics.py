@@ -30,6 +30,7 @@ from transformer_course.attention import (
     masked_softmax,
     recording_attention,
     scaled_dot_product_attention,
+    split_heads,
 )
 from transformer_course.layers import DecoderLayer, EncoderLayer
 from transformer_course.masks import causal_mask, combine_masks, padding_mask
@@ -205,8 +206,8 @@ def test_mha_with_logits_of_1e4_matches_float64(need_weights):
     mha = MultiHeadAttention(D, H, bias=False).eval()
     x, memory = torch.randn(2, 5, D), torch.randn(2, 6, D)
     with torch.no_grad():
-        q = mha._split_heads(mha.q_proj(x))  # (B, h, T, d_k)
-        k = mha._split_heads(mha.k_proj(memory))  # (B, h, S, d_k)
+        q = split_heads(mha.q_proj(x), mha.n_heads)  # (B, h, T, d_k)
+        k = split_heads(mha.k_proj(memory), mha.n_heads)  # (B, h, S, d_k)
         raw = float((q @ k.transpose(-2, -1)).abs().max())
     huge = MultiHeadAttention(D, H, bias=False, scale=1e4 / raw).eval()
     huge.load_state_dict(mha.state_dict())

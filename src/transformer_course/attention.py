@@ -135,6 +135,27 @@ def _attention(
     return output, weights
 
 
+def split_heads(x: Tensor, n_heads: int) -> Tensor:
+    """Cut the last axis into n_heads slices of d_k and move the heads next to the batch.
+
+    Shape:
+        x (B, L, d_model) -> (B, h, L, d_k) with d_k = d_model // h; a view, no copy.
+    """
+    B, L, d_model = x.shape
+    x = x.view(B, L, n_heads, d_model // n_heads)  # (B, L, h, d_k)
+    return x.transpose(1, 2)  # (B, h, L, d_k)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """Undo `split_heads`: put the heads' outputs side by side again (the Concat of the paper).
+
+    Shape:
+        x (B, h, L, d_k) -> (B, L, h * d_k)
+    """
+    B, h, L, d_k = x.shape
+    return x.transpose(1, 2).reshape(B, L, h * d_k)  # (B, L, h, d_k) -> (B, L, d_model)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention: h scaled dot-product attentions in parallel subspaces.
 
@@ -187,11 +208,6 @@ class MultiHeadAttention(nn.Module):
         self.record_weights = False
         self.last_weights: Tensor | None = None
 
-    def _split_heads(self, x: Tensor) -> Tensor:
-        B, L, _ = x.shape
-        x = x.view(B, L, self.n_heads, self.d_k)  # (B, L, h, d_k)
-        return x.transpose(1, 2)  # (B, h, L, d_k)
-
     def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
         for name, x in (("query", query), ("key", key), ("value", value)):
             check_tensor(name, x, ndim=3, floating=True)
@@ -231,9 +247,9 @@ class MultiHeadAttention(nn.Module):
         S = key.shape[1]
         if mask is not None:
             check_mask("mask", mask, (B, self.n_heads, T, S), query.device)
-        q = self._split_heads(self.q_proj(query))  # (B, h, T, d_k)
-        k = self._split_heads(self.k_proj(key))  # (B, h, S, d_k)
-        v = self._split_heads(self.v_proj(value))  # (B, h, S, d_k)
+        q = split_heads(self.q_proj(query), self.n_heads)  # (B, h, T, d_k)
+        k = split_heads(self.k_proj(key), self.n_heads)  # (B, h, S, d_k)
+        v = split_heads(self.v_proj(value), self.n_heads)  # (B, h, S, d_k)
         dropout_p = self.dropout if self.training else 0.0
 
         weights: Tensor | None = None
@@ -257,7 +273,7 @@ class MultiHeadAttention(nn.Module):
 
         if self.record_weights:
             self.last_weights = weights.detach()
-        heads = heads.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, h * d_k = d_model)
+        heads = merge_heads(heads)  # (B, T, h * d_k = d_model)
         output = self.out_proj(heads)  # (B, T, d_model)
         return output, (weights if need_weights else None)
 

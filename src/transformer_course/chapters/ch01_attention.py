@@ -11,9 +11,7 @@ measurement, the widgets, the exercise checkers.
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -22,7 +20,13 @@ from torch import Tensor, nn
 from .. import plots
 from .._validation import check_positive_int
 from ..attention import MultiHeadAttention, scaled_dot_product_attention
+
+# Re-exported for the notebook and tests until they import `examples` themselves.
+from ..examples import FEATURES as FEATURES
+from ..examples import LOOKS_FOR as LOOKS_FOR
+from ..examples import SENTENCE, TOKENS, projections, token_vectors
 from ..exercises import Verdict, all_right, compare_number, compare_tensor, unanswered
+from ..measure import best_time, entropy, torch_threads
 from ..widgets import Explorer, dropdown, slider
 
 # --------------------------------------------------------------------------- the tiny example
@@ -126,52 +130,6 @@ def search(example: SearchExample, scale: float = 1.0) -> tuple[Tensor, Tensor]:
 
 # --------------------------------------------------------------------------- the sentence
 
-SENTENCE = "The cat sat on the mat."
-TOKENS = ("The", "cat", "sat", "on", "the", "mat", ".")
-FEATURES = ("det", "noun", "animal", "verb", "prep", "punct")
-# What each token is: one row per token, hand-made. "The" and "the" are the same word, so they get
-# the same vector: without positions (chapter 5) attention cannot tell them apart.
-TOKEN_FEATURES = {
-    "The": ("det",),
-    "cat": ("noun", "animal"),
-    "sat": ("verb",),
-    "on": ("prep",),
-    "the": ("det",),
-    "mat": ("noun",),
-    ".": ("punct",),
-}
-# What a token with a feature looks for (query side): (has feature, looks for feature, strength).
-LOOKS_FOR = (
-    ("det", "noun", 2.0),  # an article looks for its noun
-    ("noun", "det", 2.0),  # a noun looks for its article ...
-    ("noun", "verb", 2.0),  # ... and for the verb it takes part in
-    ("animal", "verb", 2.0),  # something alive is the likely subject: even more verb
-    ("verb", "noun", 2.0),  # a verb looks for its nouns ...
-    ("verb", "animal", 2.0),  # ... above all a living subject
-    ("prep", "noun", 2.0),  # "on" looks for a noun ...
-    ("prep", "animal", -2.0),  # ... that is not the cat: something to sit on
-    ("punct", "verb", 2.0),  # the full stop closes the clause of the verb
-)
-
-
-def token_vectors() -> Tensor:
-    """The hand-made token vectors X (7, 6): one feature per column (FEATURES)."""
-    X = torch.zeros(len(TOKENS), len(FEATURES))
-    for i, token in enumerate(TOKENS):
-        for feature in TOKEN_FEATURES[token]:
-            X[i, FEATURES.index(feature)] = 1.0
-    return X
-
-
-def projections() -> tuple[Tensor, Tensor, Tensor]:
-    """Hand-designed W_Q, W_K, W_V, each (6, 6): queries say what a token looks for, keys say
-    what it is (W_K = I), values pass its features on (W_V = I)."""
-    d = len(FEATURES)
-    W_Q = torch.zeros(d, d)
-    for has, wants, strength in LOOKS_FOR:
-        W_Q[FEATURES.index(has), FEATURES.index(wants)] = strength
-    return W_Q, torch.eye(d), torch.eye(d)
-
 
 def sentence_qkv() -> tuple[Tensor, Tensor, Tensor]:
     """Q, K, V (7, 6) of the sentence: X W_Q, X W_K, X W_V."""
@@ -201,11 +159,6 @@ def top_keys(weights: Tensor, tokens: Sequence[str] = TOKENS, k: int = 3) -> str
     # Stable order for ties: larger weight first, then earlier position.
     order = sorted(range(len(tokens)), key=lambda j: (-round(float(weights[j]), 6), j))[:k]
     return ", ".join(f"{tokens[j]} {float(weights[j]):.2f}" for j in order)
-
-
-def entropy(weights: Tensor) -> Tensor:
-    """Entropy in nats over the last axis (0 log 0 = 0): 0 = one key takes all, log S = uniform."""
-    return torch.special.entr(weights).sum(dim=-1)
 
 
 def sentence_figure(scale: float = 1.0):
@@ -243,44 +196,6 @@ def layer_costs(n: int, d: int) -> dict[str, int]:
     check_positive_int("n", n)
     check_positive_int("d", d)
     return {"self-attention": n * n * d, "recurrent": n * d * d}
-
-
-@contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """Run the block with `n` torch threads, then restore the previous number."""
-    check_positive_int("n", n)
-    previous = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
-def best_time(fn: Callable[[], object], *, repeats: int = 5, min_time: float = 0.005) -> float:
-    """Seconds per call of `fn`: the minimum over `repeats` timed batches (after a warm-up).
-
-    Each batch runs `fn` enough times to last at least `min_time` seconds. The minimum is the
-    estimate least disturbed by other programs on a shared machine.
-    """
-    check_positive_int("repeats", repeats)
-    fn()  # warm-up: first-call allocations and lazy initialisation are not what we measure
-    loops = 1
-    while True:
-        start = time.perf_counter()
-        for _ in range(loops):
-            fn()
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_time or loops >= 1 << 20:
-            break
-        loops *= 2
-    best = elapsed / loops
-    for _ in range(repeats - 1):
-        start = time.perf_counter()
-        for _ in range(loops):
-            fn()
-        best = min(best, (time.perf_counter() - start) / loops)
-    return best
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,13 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from .. import plots
+from .. import examples, plots
 from .._validation import check_positive_int, check_tensor
 from ..attention import MultiHeadAttention, scaled_dot_product_attention
 from ..exercises import Verdict, compare_tensor, unanswered
 from ..masks import to_torch_mask
+from ..measure import entropy
 from ..widgets import Control, Explorer, dropdown
-from . import ch01_attention as ch01
 
 # --------------------------------------------------------------------------- the walk-through
 
@@ -253,19 +253,19 @@ HEAD_JOBS = (
 )
 HAND_D_MODEL, HAND_HEADS = 24, 4
 HAND_D_K = HAND_D_MODEL // HAND_HEADS  # 6: room for all six content features in every head
-N_CONTENT = len(ch01.FEATURES)  # dimensions [0, 6): the word features of chapter 1
+N_CONTENT = len(examples.FEATURES)  # dimensions [0, 6): the word features of chapter 1
 POSITION_FREQUENCIES = (0.5, 1.0)  # dimensions [6, 10): cos and sin of each frequency
 N_POSITION = 2 * len(POSITION_FREQUENCIES)
 POSITION_STRENGTH = 6.0  # multiplies each cosine of the position scores (after 1/sqrt(d_k))
 # Chapter 1's words, and the three that the other two sentences need.
 WORD_FEATURES = {
-    **ch01.TOKEN_FEATURES,
+    **examples.TOKEN_FEATURES,
     "On": ("prep",),
     "dog": ("noun", "animal"),
     "chased": ("verb",),
 }
 SENTENCES = {
-    "The cat sat on the mat.": ch01.TOKENS,
+    "The cat sat on the mat.": examples.TOKENS,
     "On the mat sat the cat.": ("On", "the", "mat", "sat", "the", "cat", "."),
     "The dog chased the cat.": ("The", "dog", "chased", "the", "cat", "."),
 }
@@ -292,7 +292,7 @@ def hand_inputs(tokens: Sequence[str]) -> Tensor:
     X = torch.zeros(len(tokens), HAND_D_MODEL)
     for i, token in enumerate(tokens):
         for feature in WORD_FEATURES[token]:
-            X[i, ch01.FEATURES.index(feature)] = 1.0
+            X[i, examples.FEATURES.index(feature)] = 1.0
     X[:, N_CONTENT : N_CONTENT + N_POSITION] = position_features(len(tokens))
     return X[None]  # (B=1, T, d_model)
 
@@ -317,7 +317,7 @@ def hand_made_blocks() -> list[tuple[Tensor, Tensor, Tensor]]:
     root = math.sqrt(HAND_D_K)
     content = slice(0, N_CONTENT)
     position = slice(N_CONTENT, N_CONTENT + N_POSITION)
-    W_Q_ch01, _, _ = ch01.projections()  # (6, 6): what a token with each feature looks for
+    W_Q_ch01, _, _ = examples.projections()  # (6, 6): what a token with each feature looks for
 
     def block() -> Tensor:
         return torch.zeros(HAND_D_MODEL, HAND_D_K)
@@ -403,11 +403,6 @@ def heads_figure(sentence: str = "The cat sat on the mat."):
         )
     fig.suptitle(f"Four hand-made heads over “{sentence}”", fontsize=12)
     return fig
-
-
-def entropy(weights: Tensor) -> Tensor:
-    """Entropy in nats over the last axis (chapter 1's measure of how spread a row is)."""
-    return ch01.entropy(weights)
 
 
 HEAD_OPTIONS = (0, 1, 2, 3, "average")

@@ -13,18 +13,17 @@ widget, the exercise checkers.
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from .. import plots
 from .._validation import check_choice, check_positive_float, check_positive_int
 from ..exercises import Verdict, all_right, compare_number, compare_tensor, unanswered
+from ..measure import MemoryTracker as MemoryTracker  # re-exported for the notebook
+from ..measure import best_time, moving_average, peak_memory, torch_threads
 from ..model import count_parameters
 from ..scoring import (
     SCORER_NAMES,
@@ -38,8 +37,6 @@ from ..scoring import (
 )
 from ..training import DigitTask, TrainConfig, build_model, exact_match, held_out_set, train
 from ..widgets import Explorer, slider
-from .ch01_attention import best_time, torch_threads
-from .ch09_training import moving_average
 
 # --------------------------------------------------------------------------- the tiny example
 
@@ -115,75 +112,6 @@ def euclidean_as_dot(q: Tensor, k: Tensor) -> Tensor:
     q_sq = (q**2).sum(-1, keepdim=True)  # (..., T, 1)
     k_sq = (k**2).sum(-1).unsqueeze(-2)  # (..., 1, S)
     return 2 * dot_score(q, k) - q_sq - k_sq  # (..., T, S)
-
-
-# --------------------------------------------------------------------------- measuring memory
-
-
-class MemoryTracker(TorchDispatchMode):
-    """Measure the memory PyTorch allocates inside a `with` block: now, at the peak, in total.
-
-    Every operation PyTorch runs passes through `__torch_dispatch__`; we look at each result and,
-    when it sits in a new block of memory (a storage), add that block's size and attach a callback
-    that subtracts it again when the last tensor using the block is freed. Views (transpose,
-    unsqueeze) share their input's storage and cost nothing. Tensors that existed before the
-    block (the inputs, the parameters) are not counted. What is measured is the tensors' own
-    memory; scratch space a kernel uses internally and frees before returning is not seen.
-
-    Attributes:
-        current_bytes: bytes of the block's tensors alive right now.
-        peak_bytes: the largest value current_bytes reached.
-        allocated_bytes: all bytes ever allocated in the block (freed or not).
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.current_bytes = 0
-        self.peak_bytes = 0
-        self.allocated_bytes = 0
-        self._live: dict[int, list[int]] = {}  # storage address -> [bytes, tensors using it]
-
-    def _release(self, address: int) -> None:
-        entry = self._live.get(address)
-        if entry is None:
-            return
-        entry[1] -= 1
-        if entry[1] == 0:
-            self.current_bytes -= entry[0]
-            del self._live[address]
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        inputs = {
-            t.untyped_storage().data_ptr()
-            for t in tree_leaves((args, kwargs))
-            if isinstance(t, Tensor)
-        }
-        for t in tree_leaves(out):
-            if not isinstance(t, Tensor):
-                continue
-            storage = t.untyped_storage()
-            address = storage.data_ptr()
-            if address in self._live:
-                self._live[address][1] += 1  # a view (or in-place result) of a tracked tensor
-            elif address in inputs or storage.nbytes() == 0:
-                continue  # a view of, or in-place op on, a tensor made before the block
-            else:
-                self._live[address] = [storage.nbytes(), 1]
-                self.current_bytes += storage.nbytes()
-                self.allocated_bytes += storage.nbytes()
-                self.peak_bytes = max(self.peak_bytes, self.current_bytes)
-            weakref.finalize(t, self._release, address)
-        return out
-
-
-def peak_memory(fn: Callable[[], object]) -> int:
-    """Peak bytes of the tensors `fn()` allocates (its result included), measured, without grad."""
-    with torch.no_grad(), MemoryTracker() as tracker:
-        result = fn()
-    del result
-    return tracker.peak_bytes
 
 
 # --------------------------------------------------------------------------- time and memory

@@ -22,6 +22,7 @@ from .. import plots
 from .._validation import check_choice, check_positive_int, check_tensor
 from ..attention import MultiHeadAttention, recording_attention
 from ..exercises import Verdict, all_right, compare_number, compare_tensor, unanswered
+from ..measure import entropy, moving_average, torch_threads
 from ..training import (
     DigitTask,
     TrainConfig,
@@ -31,8 +32,6 @@ from ..training import (
     train,
 )
 from ..widgets import Explorer, slider, toggle
-from .ch01_attention import entropy, torch_threads
-from .ch09_training import moving_average
 
 # d_k = 1, 2, 4, ..., 1024: the paper's base model has d_k = 64, large models 128.
 DIMS = tuple(2**i for i in range(11))

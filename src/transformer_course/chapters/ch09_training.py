@@ -23,6 +23,7 @@ from .. import plots
 from .._validation import check_positive_int, check_tensor
 from ..attention import recording_attention
 from ..exercises import Verdict, all_right, as_tensor, compare_number, compare_tensor, unanswered
+from ..measure import moving_average
 from ..model import Transformer, greedy_decode
 from ..training import (
     BOS,
@@ -121,18 +122,6 @@ def layer_parameter_counts(d_model: int, d_ff: int) -> dict[str, int]:
 
 
 # --------------------------------------------------------------------------- figures
-
-
-def moving_average(values: Sequence[float], window: int) -> list[float]:
-    """Mean of each run of `window` consecutive values (shorter at the start)."""
-    check_positive_int("window", window)
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
 
 
 def loss_figure(losses: Sequence[float], config: TrainConfig, window: int = 25):
