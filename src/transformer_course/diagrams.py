@@ -535,8 +535,9 @@ def three_steps() -> Diagram:
         "output = softmax(Q Kᵀ / √d_k) V: one row of weights, and one output row, per query",
         size=12.5,
     )
-    name = fn(attention.scaled_dot_product_attention)
-    c.text(390, 236, f"{name}(q, k, v) → (output, weights)", mono=True, size=11.5)
+    sdpa = attention.scaled_dot_product_attention
+    q, k, v = (arg(sdpa, name) for name in "qkv")
+    c.text(390, 236, f"output, weights = {fn(sdpa)}({q}, {k}, {v})", mono=True, size=11.5)
     label = (
         "The three steps of attention as a data flow. Q of shape (T, d_k) times K transposed, "
         "(d_k, S), divided by the square root of d_k gives the scores, (T, S); a softmax along "
