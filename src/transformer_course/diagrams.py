@@ -850,8 +850,9 @@ def positional_circles(d_model: int = 16, length: int = 8, pairs: int = 4) -> Di
     c.text(
         390,
         y0 + length * cell + 40,
-        f"PE comes from {name}(T, d_model) and is broadcast over the batch B",
-        size=12,
+        f"PE = {name}(T, d_model), broadcast over the batch",
+        size=11.5,
+        mono=True,
     )
     label = (
         f"Positional encoding. Four circles show the first four (sin, cos) pairs of a {d_model}-"
