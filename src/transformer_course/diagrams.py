@@ -263,6 +263,31 @@ def _attention_block(c: Canvas, cx: float, y: float, lines, code, *, fork=True) 
         c.line([(cx, y + 48), (cx + 45, y + 48), (cx + 45, y + 38)])
 
 
+def _map_layer(c: Canvas, cx: float, kind: str, blocks) -> None:
+    """The blocks of one layer of the map, bottom-up, each a link, joined by arrows.
+
+    Args:
+        blocks: (chapter, top y, label, kind of block, the package's attribute name) each; the
+            first one is the attention whose three inputs fork in from below.
+    """
+    for i, (chapter, y, label, block, name) in enumerate(blocks):
+        code = attr(kind, name)
+        if i == 0:
+            c.link(
+                chapter,
+                lambda y=y, label=label, code=code: _attention_block(c, cx, y, [label], code),
+            )
+        else:
+            c.link(
+                chapter,
+                lambda y=y, label=label, code=code, block=block: c.box(
+                    cx - 85, y, 170, 38, [label], code=code, kind=block
+                ),
+            )
+        if i + 1 < len(blocks):
+            c.line([(cx, y), (cx, blocks[i + 1][1] + 38)])
+
+
 def transformer_map(highlight: int | None = None) -> Diagram:
     """The paper's Figure 1, redrawn: every block links to the chapter that builds it.
 
@@ -329,32 +354,16 @@ def transformer_map(highlight: int | None = None) -> Diagram:
     c.link(2, lambda: c.rect(60, 252, 220, 253, fill="none", stroke=plots.GREY, width=2))
     c.link(2, lambda: c.text(enc, 271, "Encoder layer", weight="bold"))
     c.text(40, 384, "N×", size=15, weight="bold")
-    c.link(
-        4,
-        lambda: _attention_block(
-            c, enc, 447, ["Self-attention"], attr("encoder_layer", "self_attn")
-        ),
-    )
-    c.line([(enc, 447), (enc, 433)])
-    c.link(
-        2,
-        lambda: c.box(
-            85, 395, 170, 38, ["Add & Norm"], code=attr("encoder_layer", "norm1"), kind="norm"
-        ),
-    )
-    c.line([(enc, 395), (enc, 375)])
-    c.link(
-        2,
-        lambda: c.box(
-            85, 337, 170, 38, ["Feed forward"], code=attr("encoder_layer", "ff"), kind="ff"
-        ),
-    )
-    c.line([(enc, 337), (enc, 323)])
-    c.link(
-        2,
-        lambda: c.box(
-            85, 285, 170, 38, ["Add & Norm"], code=attr("encoder_layer", "norm2"), kind="norm"
-        ),
+    _map_layer(
+        c,
+        enc,
+        "encoder_layer",
+        [
+            (4, 447, "Self-attention", "attention", "self_attn"),
+            (2, 395, "Add & Norm", "norm", "norm1"),
+            (2, 337, "Feed forward", "ff", "ff"),
+            (2, 285, "Add & Norm", "norm", "norm2"),
+        ],
     )
     c.line([(enc, 495), (72, 495), (72, 414), (85, 414)])
     c.line([(enc, 385), (72, 385), (72, 304), (85, 304)])
@@ -367,54 +376,20 @@ def transformer_map(highlight: int | None = None) -> Diagram:
     c.link(3, lambda: c.rect(370, 145, 220, 360, fill="none", stroke=plots.GREY, width=2))
     c.link(3, lambda: c.text(dec, 163, "Decoder layer", weight="bold"))
     c.text(596, 330, "N×", size=15, weight="bold", anchor="start")
-    c.link(
-        3,
-        lambda: _attention_block(
-            c, dec, 447, ["Masked self-attention"], attr("decoder_layer", "self_attn")
-        ),
+    _map_layer(
+        c,
+        dec,
+        "decoder_layer",
+        [
+            (3, 447, "Masked self-attention", "attention", "self_attn"),
+            (3, 395, "Add & Norm", "norm", "norm1"),
+            (6, 337, "Cross-attention", "attention", "cross_attn"),
+            (3, 285, "Add & Norm", "norm", "norm2"),
+            (3, 227, "Feed forward", "ff", "ff"),
+            (3, 175, "Add & Norm", "norm", "norm3"),
+        ],
     )
-    c.line([(dec, 447), (dec, 433)])
-    c.link(
-        3,
-        lambda: c.box(
-            395, 395, 170, 38, ["Add & Norm"], code=attr("decoder_layer", "norm1"), kind="norm"
-        ),
-    )
-    c.link(
-        6,
-        lambda: c.box(
-            395,
-            337,
-            170,
-            38,
-            ["Cross-attention"],
-            code=attr("decoder_layer", "cross_attn"),
-            kind="attention",
-        ),
-    )
-    c.line([(dec, 395), (dec, 375)])
     c.text(dec + 6, 390, "Q", anchor="start", size=11.5, weight="bold")
-    c.line([(dec, 337), (dec, 323)])
-    c.link(
-        3,
-        lambda: c.box(
-            395, 285, 170, 38, ["Add & Norm"], code=attr("decoder_layer", "norm2"), kind="norm"
-        ),
-    )
-    c.line([(dec, 285), (dec, 265)])
-    c.link(
-        3,
-        lambda: c.box(
-            395, 227, 170, 38, ["Feed forward"], code=attr("decoder_layer", "ff"), kind="ff"
-        ),
-    )
-    c.line([(dec, 227), (dec, 213)])
-    c.link(
-        3,
-        lambda: c.box(
-            395, 175, 170, 38, ["Add & Norm"], code=attr("decoder_layer", "norm3"), kind="norm"
-        ),
-    )
     for low, high in ((495, 414), (385, 304), (275, 194)):
         c.line([(dec, low), (578, low), (578, high), (565, high)])
     c.line([(dec, 175), (dec, 126)])
