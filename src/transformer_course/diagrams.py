@@ -430,21 +430,16 @@ def transformer_map(highlight: int | None = None) -> Diagram:
         label = (
             "The Transformer (the paper's Figure 1), the book's map. Source tokens (B, S) go "
             "through an embedding and the positional encoding into N encoder layers "
-            "(self-attention, "
-            "Add & Norm, feed forward, Add & Norm); their output, memory (B, S, d_model), feeds "
-            "the "
-            "keys and values of the cross-attention of N decoder layers (masked self-attention, "
-            "cross-attention, feed forward, each followed by Add & Norm), which read target tokens "
-            "(B, T); a linear layer and a softmax give next-token probabilities. Every block links "
-            "to "
-            "the chapter that builds it."
+            "(self-attention, Add & Norm, feed forward, Add & Norm); their output, memory (B, S, "
+            "d_model), feeds the keys and values of the cross-attention of N decoder layers "
+            "(masked self-attention, cross-attention, feed forward, each followed by Add & Norm), "
+            "which read target tokens (B, T); a linear layer and a softmax give next-token "
+            "probabilities. Every block links to the chapter that builds it."
         )
         caption = (
             "The map of the book: the Transformer of the paper's Figure 1, with the tensor shapes "
-            "and "
-            "the package's names. Every block is a link to the chapter that builds it; the box on "
-            "the "
-            "right opens up every attention block."
+            "and the package's names. Every block is a link to the chapter that builds it; the "
+            "box on the right opens up every attention block."
         )
     else:
         _, title = CHAPTERS[lit]
@@ -453,8 +448,8 @@ def transformer_map(highlight: int | None = None) -> Diagram:
             "builds highlighted. Every block links to the chapter that builds it."
         )
         caption = (
-            f"Where this chapter sits: the highlighted blocks are what chapter {lit} builds. Every "
-            "block of the map links to its chapter."
+            f"Where this chapter sits: the highlighted blocks are what chapter {lit} builds. "
+            "Every block of the map links to its chapter."
         )
     name = "transformer" if lit is None else f"transformer_ch{lit:02d}"
     return Diagram(name, label, caption, c.svg(label, interactive=True))
@@ -516,13 +511,12 @@ def three_steps() -> Diagram:
     label = (
         "The three steps of attention as a data flow. Q of shape (T, d_k) times K transposed, "
         "(d_k, S), divided by the square root of d_k gives the scores, (T, S); a softmax along "
-        "each "
-        "row gives the weights, (T, S), whose rows sum to 1; the weights times V, (S, d_v), give "
-        "the output, (T, d_v)."
+        "each row gives the weights, (T, S), whose rows sum to 1; the weights times V, (S, d_v), "
+        "give the output, (T, d_v)."
     )
     caption = (
-        "The three steps with the shape of every matrix, for T = 3 queries, S = 4 keys and "
-        "d_k = d_v = 2. With a batch and heads in front, the same shapes become (B, h, T, S)."
+        "The three steps with the shape of every matrix, for T = 3 queries, S = 4 keys and d_k = "
+        "d_v = 2. With a batch and heads in front, the same shapes become (B, h, T, S)."
     )
     return Diagram("ch01_three_steps", label, caption, c.svg(label))
 
@@ -635,14 +629,14 @@ def encoder_layer() -> Diagram:
     ]
     label = (
         "The encoder layer, post-LN (the paper) beside pre-LN. Post-LN: x (B, S, d_model) goes "
-        "through self-attention, the residual adds x back, then LayerNorm; the same again with the "
-        "feed-forward network. Pre-LN: LayerNorm comes first inside each residual branch, and the "
-        "residual path carries x untouched. The output has the input's shape, (B, S, d_model)."
+        "through self-attention, the residual adds x back, then LayerNorm; the same again with "
+        "the feed-forward network. Pre-LN: LayerNorm comes first inside each residual branch, and "
+        "the residual path carries x untouched. The output has the input's shape, (B, S, d_model)."
     )
     caption = (
-        "One encoder layer in both orders. The blue lines are the residual paths: in post-LN every "
-        "sum is normalised, in pre-LN the residual stream itself is never normalised inside the "
-        "layer."
+        "One encoder layer in both orders. The blue lines are the residual paths: in post-LN "
+        "every sum is normalised, in pre-LN the residual stream itself is never normalised inside "
+        "the layer."
     )
     return _layer_pair(
         "ch02_encoder_layer", subs, "x", "S", 700, 235, "encoder layer", label, caption
@@ -675,18 +669,14 @@ def decoder_layer() -> Diagram:
     label = (
         "The decoder layer, post-LN (the paper) beside pre-LN. y (B, T, d_model) goes through "
         "masked self-attention with the causal mask (T, T), then cross-attention, whose queries "
-        "come "
-        "from the decoder and whose keys and values come from the encoder's memory (B, S, "
-        "d_model), "
-        "then the feed-forward network; each sub-layer has a residual path and a LayerNorm. The "
-        "output "
-        "is (B, T, d_model)."
+        "come from the decoder and whose keys and values come from the encoder's memory (B, S, "
+        "d_model), then the feed-forward network; each sub-layer has a residual path and a "
+        "LayerNorm. The output is (B, T, d_model)."
     )
     caption = (
         "One decoder layer in both orders: three sub-layers, each with its residual path (blue). "
-        "The "
-        "causal mask enters the first attention; the encoder's memory gives the keys and values of "
-        "the second, the decoder gives its queries."
+        "The causal mask enters the first attention; the encoder's memory gives the keys and "
+        "values of the second, the decoder gives its queries."
     )
     return _layer_pair(
         "ch03_decoder_layer", subs, "y", "T", 780, 265, "decoder layer", label, caption
@@ -751,10 +741,10 @@ def multi_head() -> Diagram:
     c.text(390, 340, "(In self-attention query = key = value and S = T.)", size=12, italic=True)
     label = (
         "Multi-head attention with the shape at every step. query (B, T, d_model), key and value "
-        "(B, S, d_model) are projected by W^Q, W^K, W^V, split into heads, (B, h, T, d_k) and "
-        "(B, h, S, d_k); scaled dot-product attention runs in every head at once, with weights "
-        "(B, h, T, S) and output (B, h, T, d_k); merge_heads concatenates the heads back to "
-        "(B, T, d_model), and W^O projects the output, (B, T, d_model)."
+        "(B, S, d_model) are projected by W^Q, W^K, W^V, split into heads, (B, h, T, d_k) and (B, "
+        "h, S, d_k); scaled dot-product attention runs in every head at once, with weights (B, h, "
+        "T, S) and output (B, h, T, d_k); merge_heads concatenates the heads back to (B, T, "
+        "d_model), and W^O projects the output, (B, T, d_model)."
     )
     caption = (
         "Multi-head attention, step by step: project, split into h heads, attend in every head at "
@@ -830,19 +820,16 @@ def positional_circles(d_model: int = 16, length: int = 8, pairs: int = 4) -> Di
         mono=True,
     )
     label = (
-        f"Positional encoding. Four circles show the first four (sin, cos) pairs of a {d_model}-"
-        f"dimensional encoding for positions 0 to {length - 1}: the point of pair 0 turns one "
-        f"radian "
-        "per position, each later pair turns more slowly. Below, the token embeddings (B, T, "
-        "d_model) "
-        "plus the encoding PE[:T] (T, d_model) give the layer input x (B, T, d_model)."
+        "Positional encoding. Four circles show the first four (sin, cos) pairs of a "
+        f"{d_model}-dimensional encoding for positions 0 to {length - 1}: the point of pair 0 "
+        "turns one radian per position, each later pair turns more slowly. Below, the token "
+        "embeddings (B, T, d_model) plus the encoding PE[:T] (T, d_model) give the layer input x "
+        "(B, T, d_model)."
     )
     caption = (
         "Each (sin, cos) pair of the encoding is a point on a circle that turns by ω_k per "
-        "position, "
-        "every pair at its own speed (the points are the package's encoding). The encoding is "
-        "added "
-        "to the token embeddings."
+        "position, every pair at its own speed (the points are the package's encoding). The "
+        "encoding is added to the token embeddings."
     )
     return Diagram("ch05_positional", label, caption, c.svg(label))
 
@@ -924,15 +911,15 @@ def qkv_sources() -> Diagram:
             c.shape(cx + 45, 298, f"(B, {kv_src[1]}, d_model)", size=10.5)
     label = (
         "Where Q, K and V come from, in three panels. Encoder self-attention: Q, K and V all come "
-        "from x (B, S, d_model), weights (B, h, S, S). Masked self-attention: all from y "
-        "(B, T, d_model), with the causal mask, weights (B, h, T, T). Cross-attention: Q from the "
+        "from x (B, S, d_model), weights (B, h, S, S). Masked self-attention: all from y (B, T, "
+        "d_model), with the causal mask, weights (B, h, T, T). Cross-attention: Q from the "
         "decoder's y′ (B, T, d_model), K and V from the encoder's memory (B, S, d_model), weights "
         "(B, h, T, S)."
     )
     caption = (
-        "One attention module, three jobs: what feeds Q, K and V decides the shape of the weights. "
-        "Here y′ is the decoder's stream after its first Add & Norm, and memory is the encoder's "
-        "output."
+        "One attention module, three jobs: what feeds Q, K and V decides the shape of the "
+        "weights. Here y′ is the decoder's stream after its first Add & Norm, and memory is the "
+        "encoder's output."
     )
     return Diagram("ch06_qkv_sources", label, caption, c.svg(label))
 
