@@ -323,3 +323,12 @@ def test_the_extension_inlines_with_links_for_the_page():
     assert 'tabindex="0"' in image and 'role="group" aria-label="Diagram: ' in image
     with pytest.raises(ValueError, match="aria-label"):
         book_ext.diagram_html(svg.replace("aria-label=", "data-x=", 1), str, "bad")
+
+
+def test_bad_arguments_name_themselves():
+    with pytest.raises(ValueError, match="highlight: expected None or a chapter in 1..9, got 12"):
+        diagrams.transformer_map(12)
+    with pytest.raises(ValueError, match="pairs: expected 1..2 for d_model=4, got 3"):
+        diagrams.positional_circles(d_model=4, pairs=3)
+    with pytest.raises(ValueError, match="length: expected 2..12 .* got 40"):
+        diagrams.positional_circles(length=40)

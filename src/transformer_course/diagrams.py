@@ -294,6 +294,8 @@ def transformer_map(highlight: int | None = None) -> Diagram:
     Args:
         highlight: a chapter number whose blocks glow (the chapter's own copy of the map), or None.
     """
+    if highlight is not None and highlight not in CHAPTERS:
+        raise ValueError(f"highlight: expected None or a chapter in 1..9, got {highlight!r}")
     c = Canvas(800, 660)
     T = "transformer"
     lit = highlight
@@ -759,6 +761,12 @@ def multi_head() -> Diagram:
 def positional_circles(d_model: int = 16, length: int = 8, pairs: int = 4) -> Diagram:
     """Chapter 5: each (sin, cos) pair is a point turning on a circle at its own speed; the
     encoding is added to the embeddings. The points are the package's `sinusoidal_encoding`."""
+    if not 1 <= pairs <= min(4, d_model // 2):
+        raise ValueError(
+            f"pairs: expected 1..{min(4, d_model // 2)} for d_model={d_model}, got {pairs}"
+        )
+    if not 2 <= length <= 12:
+        raise ValueError(f"length: expected 2..12 positions (labels must stay apart), got {length}")
     c = Canvas(780, 380)
     pe = positional.sinusoidal_encoding(length, d_model)  # (length, d_model), interleaved
     r = 50
