@@ -142,7 +142,7 @@ def test_learned_heads_explorer_shows_every_head_of_the_chosen_module():
     assert len(set(explorer.frames.values())) == explorer.n_frames
     assert [c.description for c in explorer.controls] == ["Layer", "Attention"]
     cross = explorer.frame(layer=1, kind="cross")
-    assert "decoder.layers.1.cross_attn" in cross and "layer 2, cross attention" in cross
+    assert "decoder.layers.1.cross_attn" in cross and "layer 2, cross-attention" in cross
     assert cross.count("<svg") == 4 and ">head 4<" in cross and ">head 5<" not in cross
     # the table: one row per head, the columns given, two decimals
     assert "on the mirror" in cross and "0.61" in cross and "0.07" in cross
@@ -152,7 +152,7 @@ def test_learned_heads_explorer_shows_every_head_of_the_chosen_module():
     assert all(f"{float(v):.2f}" in encoder for v in largest)
     # rows are the target tokens for the decoder, the source tokens for the encoder
     assert "target \\ source" in cross and "source \\ source" in encoder
-    assert "&lt;bos&gt;" in explorer.frame(layer=0, kind="decoder masked self")
+    assert "&lt;bos&gt;" in explorer.frame(layer=0, kind="masked self")
     assert "&lt;bos&gt;" not in encoder
     # the cells' colours are the weights: a different head 1 changes the frame
     weights["decoder.layers.1.cross_attn"][0] = weights["decoder.layers.1.cross_attn"][0].flip(-1)

@@ -171,7 +171,7 @@ def head_grid_explorer(weights_of: Mapping[str, Tensor]) -> Explorer:
 
 LEARNED_KINDS = {  # the trained model's attention kinds: (stack, module, row tokens, column tokens)
     "encoder self": ("encoder", "self_attn", "source", "source"),
-    "decoder masked self": ("decoder", "self_attn", "target", "target"),
+    "masked self": ("decoder", "self_attn", "target", "target"),
     "cross": ("decoder", "cross_attn", "target", "source"),
 }
 
@@ -194,7 +194,7 @@ def learned_heads_explorer(weights: Mapping[str, Tensor], tokens: Mapping, colum
                  for i, w in enumerate(weights[name])]  # fmt: skip
         numbers = zip(*([f"{x:.2f}" for x in v] for v in columns[name].values()), strict=True)
         table = plots.table(["head", *columns[name]], [[i, *n] for i, n in enumerate(numbers, 1)])
-        return plots.frame(*heads, table, caption=f"{name}: layer {layer + 1}, {kind} attention.")
+        return plots.frame(*heads, table, caption=f"{name}: layer {layer + 1}, {kind}-attention.")
 
     by_layer = Control("layer", "Layer", tuple(layers), tuple(str(i + 1) for i in layers), "toggle")
     by_kind = Control("kind", "Attention", tuple(LEARNED_KINDS), tuple(LEARNED_KINDS), "toggle")
