@@ -119,6 +119,57 @@ def test_head_grid_explorer():
         ch.head_grid_explorer({"A new sentence.": weights_of[examples.SENTENCE]})
 
 
+def _fake_learned(n_layers=2, h=4, S=5, seed=1):
+    """Weights shaped like the trained model's ({module name: (h, rows, cols)}) and tables."""
+    generator = torch.Generator().manual_seed(seed)
+    shapes = {"encoder.layers.{}.self_attn": (S, S), "decoder.layers.{}.self_attn": (S + 1, S + 1)}
+    shapes["decoder.layers.{}.cross_attn"] = (S + 1, S)
+    weights = {
+        name.format(i): torch.softmax(torch.randn(h, *shape, generator=generator), dim=-1)
+        for i in range(n_layers)
+        for name, shape in shapes.items()
+    }
+    columns = {name: {"largest weight": w.max(-1).values.mean(-1)} for name, w in weights.items()}
+    tokens = {"source": [str(d) for d in range(S)], "target": ["<bos>", *map(str, range(S))]}
+    return weights, tokens, columns
+
+
+def test_learned_heads_explorer_shows_every_head_of_the_chosen_module():
+    weights, tokens, columns = _fake_learned()
+    columns["decoder.layers.1.cross_attn"]["on the mirror"] = torch.tensor([0.61, 0.5, 0.2, 0.07])
+    explorer = ch.learned_heads_explorer(weights, tokens, columns)
+    assert explorer.n_frames == 2 * len(ch.LEARNED_KINDS)
+    assert len(set(explorer.frames.values())) == explorer.n_frames
+    assert [c.description for c in explorer.controls] == ["Layer", "Attention"]
+    cross = explorer.frame(layer=1, kind="cross")
+    assert "decoder.layers.1.cross_attn" in cross and "layer 2, cross-attention" in cross
+    assert cross.count("<svg") == 4 and ">head 4<" in cross and ">head 5<" not in cross
+    # the table: one row per head, the columns given, two decimals
+    assert "on the mirror" in cross and "0.61" in cross and "0.07" in cross
+    largest = columns["encoder.layers.0.self_attn"]["largest weight"]
+    encoder = explorer.frame(layer=0, kind="encoder self")
+    assert "encoder.layers.0.self_attn" in encoder and "on the mirror" not in encoder
+    assert all(f"{float(v):.2f}" in encoder for v in largest)
+    # rows are the target tokens for the decoder, the source tokens for the encoder
+    assert "target \\ source" in cross and "source \\ source" in encoder
+    assert "&lt;bos&gt;" in explorer.frame(layer=0, kind="masked self")
+    assert "&lt;bos&gt;" not in encoder
+    # the cells' colours are the weights: a different head 1 changes the frame
+    weights["decoder.layers.1.cross_attn"][0] = weights["decoder.layers.1.cross_attn"][0].flip(-1)
+    flipped = ch.learned_heads_explorer(weights, tokens, columns).frame(layer=1, kind="cross")
+    assert flipped != cross
+    assert sum(len(f) for f in explorer.frames.values()) < 150_000
+
+
+def test_learned_heads_explorer_refuses_missing_modules():
+    weights, tokens, columns = _fake_learned()
+    del weights["decoder.layers.1.cross_attn"]
+    with pytest.raises(ValueError, match="weights, columns: expected modules"):
+        ch.learned_heads_explorer(weights, tokens, columns)
+    with pytest.raises(ValueError, match="weights, columns"):
+        ch.learned_heads_explorer({}, tokens, {})
+
+
 # --------------------------------------------------------------------------- exercise checkers
 
 

@@ -1,7 +1,6 @@
 """Chapter 4, multi-head attention: example data, figures, the head-grid widget, exercise checkers.
 
-What the chapter teaches is written in the notebook and checked there against the package.
-"""
+What the chapter teaches is written in the notebook and checked there against the package."""
 
 from __future__ import annotations
 
@@ -22,15 +21,13 @@ from ..measure import entropy
 from ..widgets import Control, Explorer, dropdown
 
 # --------------------------------------------------------------------------- example data
-
 # Sizes that are all different, so a mix-up of two axes fails loudly instead of silently.
 WALK_B, WALK_T, WALK_D_MODEL, WALK_HEADS = 2, 5, 12, 3
 
 
 def walk_example(seed: int = 0) -> tuple[Tensor, MultiHeadAttention]:
     """A seeded input x (B=2, T=5, d_model=12) and a seeded MultiHeadAttention(12, 3), eval mode."""
-    generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(WALK_B, WALK_T, WALK_D_MODEL, generator=generator)  # (B, T, d_model)
+    x = torch.randn(WALK_B, WALK_T, WALK_D_MODEL, generator=torch.Generator().manual_seed(seed))
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         mha = MultiHeadAttention(WALK_D_MODEL, WALK_HEADS).eval()
@@ -60,12 +57,9 @@ HEAD_JOBS = (  # the widget's caption for each head, and for their average
 HAND_D_MODEL = 24
 POSITION_FREQUENCIES = (0.5, 1.0)  # dimensions [6, 10): cos and sin of each frequency
 # Chapter 1's words, and the three that the other two sentences need.
-WORD_FEATURES = {
-    **examples.TOKEN_FEATURES,
-    "On": ("prep",),
-    "dog": ("noun", "animal"),
-    "chased": ("verb",),
-}
+WORD_FEATURES = dict(
+    examples.TOKEN_FEATURES, On=("prep",), dog=("noun", "animal"), chased=("verb",)
+)
 SENTENCES = {
     examples.SENTENCE: examples.TOKENS,
     "On the mat sat the cat.": ("On", "the", "mat", "sat", "the", "cat", "."),
@@ -75,8 +69,7 @@ SENTENCES = {
 
 def hand_inputs(tokens: Sequence[str]) -> Tensor:
     """Token vectors (1, T, 24): word features in [0, 6), position in [6, 10), zeros after."""
-    unknown = [t for t in tokens if t not in WORD_FEATURES]
-    if not tokens or unknown:
+    if not tokens or not set(tokens) <= set(WORD_FEATURES):
         raise ValueError(f"tokens: expected words among {sorted(WORD_FEATURES)}, got {tokens}")
     words = [[float(f in WORD_FEATURES[t]) for f in examples.FEATURES] for t in tokens]
     angles = torch.arange(len(tokens))[:, None] * torch.tensor(POSITION_FREQUENCIES)  # (T, 2)
@@ -86,12 +79,9 @@ def hand_inputs(tokens: Sequence[str]) -> Tensor:
 
 
 # --------------------------------------------------------------------------- figures and widget
-
-
 def reshape_figure(T: int = WALK_T, d_model: int = WALK_D_MODEL, n_heads: int = WALK_HEADS):
     """Figure: each head's entries (label 100 t + f, coloured by token), split right and wrong."""
-    x = labelled_tensor(T, d_model)  # (1, T, d_model)
-    d_k = d_model // n_heads
+    x, d_k = labelled_tensor(T, d_model), d_model // n_heads  # x: (1, T, d_model)
     rows = {
         ".view(B, T, h, d_k).transpose(1, 2)": split_heads(x, n_heads)[0],  # (h, T, d_k)
         ".view(B, h, T, d_k)": x.view(n_heads, T, d_k),  # the bug: (h, T, d_k) in shape only
@@ -138,8 +128,7 @@ def head_grid_explorer(weights_of: Mapping[str, Tensor]) -> Explorer:
         raise ValueError(f"weights_of: expected keys among SENTENCES, got {list(weights_of)}")
 
     def render(sentence: str, head: int | str) -> str:
-        tokens = SENTENCES[sentence]
-        weights = weights_of[sentence]  # (h, T, T)
+        tokens, weights = SENTENCES[sentence], weights_of[sentence]  # weights: (h, T, T)
         small = [
             # Small: no values, and no column labels (the keys are the same tokens as the rows).
             plots.svg_heatmap(
@@ -159,14 +148,10 @@ def head_grid_explorer(weights_of: Mapping[str, Tensor]) -> Explorer:
         facts = {"mean entropy": f"{h:.2f} nats (uniform: {uniform:.2f})"}
         facts["mean largest weight"] = f"{float(chosen.max(dim=-1).values.mean()):.2f}"
         outlined = ["#000" if head in (i, "average") else "transparent" for i in range(4)]
-        cells = "".join(
-            f'<div style="padding:2px;border:3px solid {colour}">{part}</div>'
-            for part, colour in zip(small, outlined, strict=True)
-        )
-        grid = (
-            f'<div style="display:grid;grid-template-columns:repeat(2,auto);gap:4px">{cells}</div>'
-        )
-        return plots.frame(grid, large + plots.readout(facts), caption=job)
+        cells = "".join(f'<div style="padding:2px;border:3px solid {ink}">{part}</div>'
+                        for part, ink in zip(small, outlined, strict=True))  # fmt: skip
+        grid = '<div style="display:grid;grid-template-columns:repeat(2,auto);gap:4px">'
+        return plots.frame(grid + cells + "</div>", large + plots.readout(facts), caption=job)
 
     head_control = Control("head", "Head", HEAD_OPTIONS, HEAD_LABELS, kind="toggle", initial=0)
     explorer = Explorer(
@@ -184,15 +169,50 @@ def head_grid_explorer(weights_of: Mapping[str, Tensor]) -> Explorer:
     return explorer
 
 
-# --------------------------------------------------------------------------- exercises
+LEARNED_KINDS = {  # the trained model's attention kinds: (stack, module, row tokens, column tokens)
+    "encoder self": ("encoder", "self_attn", "source", "source"),
+    "masked self": ("decoder", "self_attn", "target", "target"),
+    "cross": ("decoder", "cross_attn", "target", "source"),
+}
 
+
+def learned_heads_explorer(weights: Mapping[str, Tensor], tokens: Mapping, columns: Mapping):
+    """Widget: all heads of one attention module of a trained model, picked by layer and kind.
+
+    weights: {module name (as `recording_attention` names it): (h, rows, cols)}; tokens:
+    {"source": labels, "target": labels}; columns: {module name: {heading: (h,) numbers}}."""
+    layers = sorted({int(name.split(".")[2]) for name in weights})
+    names = {f"{s}.layers.{i}.{m}" for i in layers for s, m, *_ in LEARNED_KINDS.values()}
+    if not names or not names <= set(weights) & set(columns):
+        raise ValueError(f"weights, columns: expected modules {sorted(names)}, got {list(weights)}")
+
+    def render(layer: int, kind: str) -> str:
+        stack, module, rows, cols = LEARNED_KINDS[kind]
+        name = f"{stack}.layers.{layer}.{module}"
+        style = dict(cell=15, show_values=False, row_axis=rows, col_axis=cols)
+        heads = [plots.svg_heatmap(w, tokens[rows], tokens[cols], title=f"head {i + 1}", **style)
+                 for i, w in enumerate(weights[name])]  # fmt: skip
+        numbers = zip(*([f"{x:.2f}" for x in v] for v in columns[name].values()), strict=True)
+        table = plots.table(["head", *columns[name]], [[i, *n] for i, n in enumerate(numbers, 1)])
+        return plots.frame(*heads, table, caption=f"{name}: layer {layer + 1}, {kind}-attention.")
+
+    by_layer = Control("layer", "Layer", tuple(layers), tuple(str(i + 1) for i in layers), "toggle")
+    by_kind = Control("kind", "Attention", tuple(LEARNED_KINDS), tuple(LEARNED_KINDS), "toggle")
+    return Explorer(
+        render,
+        [by_layer, by_kind],
+        title="Learned heads: the trained model of chapter 9",
+        caption="All heads of the chosen module: rows are queries, columns keys; rows sum to 1.",
+    )
+
+
+# --------------------------------------------------------------------------- exercises
 EXERCISE_HEAD = 1  # exercise 2 asks for the second head (index 1)
 
 
 def exercise_tensor() -> Tensor:
     """Exercise 1's input: a seeded (B=2, T=5, d_model=12) tensor, to split into 3 heads."""
-    generator = torch.Generator().manual_seed(4)
-    return torch.randn(WALK_B, WALK_T, WALK_D_MODEL, generator=generator)
+    return torch.randn(WALK_B, WALK_T, WALK_D_MODEL, generator=torch.Generator().manual_seed(4))
 
 
 def check_split_heads(answer: object) -> Verdict:
@@ -204,25 +224,18 @@ def check_split_heads(answer: object) -> Verdict:
     not_moved = x.view(B, T, h, d_k)  # (B, T, h, d_k)
     got = answer if isinstance(answer, Tensor) else None
     if got is not None and got.shape == not_moved.shape and torch.allclose(got, not_moved):
-        return Verdict.not_yet(
-            "the heads are not split yet",
-            f"shape {tuple(got.shape)} is (B, T, h, d_k): you cut the features into heads but "
-            "did not move the head axis forward",
-            "add .transpose(1, 2).",
-        )
+        why = f"shape {tuple(got.shape)} is (B, T, h, d_k): you cut the features into heads"
+        why += " but did not move the head axis forward"
+        return Verdict.not_yet("the heads are not split yet", why, "add .transpose(1, 2).")
     interleaved = x.view(B, T, d_k, h).permute(0, 3, 1, 2)  # (B, h, T, d_k): features i, i+h, ...
-    return compare_tensor(
-        answer,
-        split_heads(x, h),
-        what="the heads",
-        mistakes={
-            "a bare .view(B, h, T, d_k) reinterprets memory: head 0 got whole vectors of the "
-            "first tokens instead of the first d_k features of every token": x.view(B, h, T, d_k),
-            "the features went to the heads interleaved (head i got features i, i+h, ...); head i "
-            "must get the contiguous block [i·d_k, (i+1)·d_k)": interleaved,
-        },
-        hint="view(B, T, h, d_k), then transpose(1, 2).",
-    )
+    mistakes = {
+        "a bare .view(B, h, T, d_k) reinterprets memory: head 0 got whole vectors of the "
+        "first tokens instead of the first d_k features of every token": x.view(B, h, T, d_k),
+        "the features went to the heads interleaved (head i got features i, i+h, ...); head i "
+        "must get the contiguous block [i·d_k, (i+1)·d_k)": interleaved,
+    }
+    hint = "view(B, T, h, d_k), then transpose(1, 2)."
+    return compare_tensor(answer, split_heads(x, h), what="the heads", mistakes=mistakes, hint=hint)
 
 
 def exercise_attention() -> tuple[Tensor, MultiHeadAttention]:
@@ -241,24 +254,19 @@ def check_head_weights(answer: object) -> Verdict:
 
     with torch.no_grad():
         _, weights = mha(x, x, x)  # (B, h, T, T)
-        root_d_k, root_d_model = math.sqrt(mha.d_k), math.sqrt(mha.d_model)
-        mistakes = {
-            "no scaling: the scores must be divided by sqrt(d_k) = 2": weights_of(1.0, True),
-            "divided by sqrt(d_model); the paper divides by sqrt(d_k), the size of one head": (
-                weights_of(1 / root_d_model, True)
-            ),
-            "the biases are missing: slice q_proj.bias and k_proj.bias too": (
-                weights_of(1 / root_d_k, False)
-            ),
-            "these are the weights of head index 0; index 1 is the second head": weights[:, 0],
-            "these are the weights of head index 2; index 1 is the second head": weights[:, 2],
-        }
+        by_model = weights_of(1 / math.sqrt(mha.d_model), True)
+        no_bias = weights_of(1 / math.sqrt(mha.d_k), False)
+    mistakes = {
+        "no scaling: the scores must be divided by sqrt(d_k) = 2": weights_of(1.0, True),
+        "divided by sqrt(d_model); the paper divides by sqrt(d_k), the size of one head": by_model,
+        "the biases are missing: slice q_proj.bias and k_proj.bias too": no_bias,
+        "these are the weights of head index 0; index 1 is the second head": weights[:, 0],
+        "these are the weights of head index 2; index 1 is the second head": weights[:, 2],
+    }
+    what = "the weights of the second head (index 1)"
+    hint = "head i uses rows [i·d_k, (i+1)·d_k) of q_proj.weight and k_proj.weight."
     return compare_tensor(
-        answer,
-        weights[:, EXERCISE_HEAD],
-        what="the weights of the second head (index 1)",
-        mistakes=mistakes,
-        hint="head i uses rows [i·d_k, (i+1)·d_k) of q_proj.weight and k_proj.weight.",
+        answer, weights[:, EXERCISE_HEAD], what=what, mistakes=mistakes, hint=hint
     )
 
 
@@ -272,26 +280,19 @@ def check_torch_mask(answer: object) -> Verdict:
     """Exercise 3: the note-style 0/1 mask rewritten as nn.MultiheadAttention's attn_mask."""
     if answer is None:
         return unanswered()
-    note_mask = exercise_note_mask()
     if not isinstance(answer, Tensor) or answer.dtype != torch.bool:
         got = answer.dtype if isinstance(answer, Tensor) else type(answer).__name__
-        return Verdict.not_yet(
-            "attn_mask is not a boolean tensor",
-            f"it is {got}: nn.MultiheadAttention adds a float mask to the scores "
-            "(so 1.0 and 0.0 would block nothing) and refuses an integer one",
-            "compare with 0 or 1 to get booleans.",
-        )
-    ours = note_mask == 1  # the book's convention: True = may attend
+        why = f"it is {got}: nn.MultiheadAttention adds a float mask to the scores "
+        why += "(so 1.0 and 0.0 would block nothing) and refuses an integer one"
+        hint = "compare with 0 or 1 to get booleans."
+        return Verdict.not_yet("attn_mask is not a boolean tensor", why, hint)
+    ours = exercise_note_mask() == 1  # the book's convention: True = may attend
+    kept = "this keeps the note's meaning (True = may attend), but nn.MultiheadAttention reads "
+    kept += "True as 'blocked': invert it"
+    hint = "True must mark the blocked keys, i.e. the 0 entries of the note's mask."
     verdict = compare_tensor(
-        answer,
-        to_torch_mask(ours).double(),
-        name="attn_mask",
-        what="attn_mask",
-        mistakes={
-            "this keeps the note's meaning (True = may attend), but nn.MultiheadAttention reads "
-            "True as 'blocked': invert it": ours.double(),
-        },
-        hint="True must mark the blocked keys, i.e. the 0 entries of the note's mask.",
-    )
+        answer, to_torch_mask(ours).double(), name="attn_mask", what="attn_mask", hint=hint,
+        mistakes={kept: ours.double()},
+    )  # fmt: skip
     right = "True marks exactly the note's 0 entries, the keys nn.MultiheadAttention must block"
     return Verdict.right(right) if verdict.ok else verdict
