@@ -6,11 +6,40 @@ thing learns what to fix without reading a stack trace from deep inside torch.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 
 import torch
 from torch import Tensor
+
+# True while a public call that has checked its arguments runs: the calls it makes trust it.
+_inside_checked_call: ContextVar[bool] = ContextVar("_inside_checked_call", default=False)
+
+
+def checked(check: Callable[..., object]) -> Callable[[Callable], Callable]:
+    """Decorate a public function (or forward) with `check`, called on the same arguments.
+
+    The check runs once, at the public boundary: inside a checked call, every decorated function
+    it calls (the layers of a model, the attention of a layer) runs its maths unchecked.
+    """
+
+    def decorate(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            if _inside_checked_call.get():
+                return fn(*args, **kwargs)
+            check(*args, **kwargs)
+            token = _inside_checked_call.set(True)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _inside_checked_call.reset(token)
+
+        return call
+
+    return decorate
 
 
 def check_tensor(
@@ -87,6 +116,70 @@ def check_like_parameters(name: str, x: Tensor, weight: Tensor) -> Tensor:
     return check_device(name, x, weight.device, "the module's weights")
 
 
+def check_sequence(name: str, x: object, d_model: int, weight: Tensor, finite: bool = True) -> None:
+    """Check a (B, L, d_model) input of a module whose parameter is `weight`."""
+    check_tensor(name, x, ndim=3, floating=True)
+    check_same(name, x.shape[-1], d_model, "feature size d_model =")
+    if x.shape[1] == 0:
+        raise ValueError(f"{name}: expected a non-empty sequence, got shape {tuple(x.shape)}")
+    check_like_parameters(name, x, weight)  # dtype and device
+    if finite:
+        check_finite(name, x)
+
+
+def check_token_id(name: str, value: object, vocab: int) -> int:
+    """Check that `value` is an int token id in [0, vocab); return it."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__} {value!r}")
+    if not 0 <= value < vocab:
+        raise ValueError(f"{name}: expected a token id in [0, {vocab}), got {value}")
+    return value
+
+
+def check_tokens(name: str, tokens: object, vocab: int, max_len: int, device: torch.device) -> None:
+    """Check a (B, L) tensor of integer token ids in [0, vocab), 0 < L <= max_len, on `device`."""
+    check_tensor(name, tokens, ndim=2)
+    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+        raise TypeError(f"{name}: expected integer token ids, got dtype {tokens.dtype}")
+    check_device(name, tokens, device, "the module's weights")
+    B, L = tokens.shape
+    if B == 0 or L == 0:
+        raise ValueError(f"{name}: expected a non-empty (B, length) tensor, got {(B, L)}")
+    if L > max_len:
+        raise ValueError(f"{name}: expected length <= max_len={max_len}, got {L}")
+    low, high = int(tokens.min()), int(tokens.max())  # one sync each: once per public call
+    if low < 0 or high >= vocab:
+        raise ValueError(
+            f"{name}: expected token ids in [0, {vocab}), got values in [{low}, {high}]"
+        )
+
+
+def check_query_key(
+    q: object, k: object, d_q: int | None = None, d_k: int | None = None, batch: bool = True
+) -> None:
+    """Check queries q (..., T, d) and keys k (..., S, d) of one dtype and device; with d_q and
+    d_k, their sizes must be those; with `batch`, their leading dimensions must broadcast."""
+    check_tensor("q", q, min_ndim=2, floating=True, finite=True)
+    check_tensor("k", k, min_ndim=2, floating=True, finite=True)
+    if k.dtype != q.dtype:
+        raise TypeError(f"k: expected the dtype of q ({q.dtype}), got {k.dtype}")
+    check_device("k", k, q.device, "q")  # else q on the CPU, k on "meta" gives meta scores
+    if d_q is None:
+        check_same("k", k.shape[-1], q.shape[-1], "last dimension (d) equal to q's")
+    else:
+        check_same("q", q.shape[-1], d_q, "last dimension d_q =")
+        check_same("k", k.shape[-1], d_k, "last dimension d_k =")
+    if not batch:
+        return
+    try:
+        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            "k: expected leading (batch, head) dimensions that broadcast with q's, got "
+            f"q {tuple(q.shape)} and k {tuple(k.shape)}"
+        ) from None
+
+
 def check_positive_int(name: str, value: object) -> int:
     """Check that `value` is a positive int (bools are refused); return it."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -134,17 +227,10 @@ def check_mask(
             "convert with `mask.bool()` or build it with transformer_course.masks"
         )
     target = tuple(target_shape)
-    if mask.dim() > len(target):
-        raise ValueError(
-            f"{name}: expected a shape that broadcasts to {target}, got {tuple(mask.shape)}"
-        )
-    try:
-        torch.broadcast_shapes(tuple(mask.shape), target)
-    except RuntimeError:
-        raise ValueError(
-            f"{name}: expected a shape that broadcasts to {target}, got {tuple(mask.shape)}"
-        ) from None
-    if torch.broadcast_shapes(tuple(mask.shape), target) != torch.Size(target):
+    # Broadcasts to `target` exactly: no more axes, and each axis 1 or the target's size.
+    if mask.dim() > len(target) or any(
+        m not in (1, t) for m, t in zip(reversed(mask.shape), reversed(target), strict=False)
+    ):
         raise ValueError(
             f"{name}: expected a shape that broadcasts to {target}, got {tuple(mask.shape)}"
         )

@@ -29,7 +29,9 @@ from ._validation import (
     check_positive_int,
     check_probability,
     check_same,
+    check_sequence,
     check_tensor,
+    checked,
 )
 from .attention import MultiHeadAttention
 from .scoring import SCORER_NAMES, make_scorer
@@ -129,22 +131,15 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W_2: d_ff -> d_model
 
-    def forward(self, x: Tensor) -> Tensor:
+    def _check_inputs(self, x: Tensor) -> None:
         check_tensor("x", x, min_ndim=1, floating=True)
         check_same("x", x.shape[-1], self.linear1.in_features, "feature size d_model =")
         check_like_parameters("x", x, self.linear1.weight)
         check_finite("x", x)
+
+    @checked(_check_inputs)
+    def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
-
-
-def _check_sequence(name: str, x: Tensor, d_model: int, weight: Tensor) -> None:
-    """Check a (B, L, d_model) layer input; errors name x, y or memory, not the query inside."""
-    check_tensor(name, x, ndim=3, floating=True)
-    check_same(name, x.shape[-1], d_model, "feature size d_model =")
-    if x.shape[1] == 0:
-        raise ValueError(f"{name}: expected a non-empty sequence, got shape {tuple(x.shape)}")
-    check_like_parameters(name, x, weight)  # dtype and device
-    check_finite(name, x)
 
 
 def _residual_steps(
@@ -169,7 +164,42 @@ def _residual_steps(
     return [(name, s), (f"add{i}", h), (f"norm{i}", norm(h))]
 
 
-class EncoderLayer(nn.Module):
+class _Layer(nn.Module):
+    """What both layers hold: their attention modules, then a feed-forward network, and one
+    LayerNorm and one dropout per sub-layer (norm1.., dropout1.., as torch names them)."""
+
+    attention_names: tuple[str, ...]
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        activation: str | Callable[[Tensor], Tensor] = "relu",
+        layer_norm_eps: float = 1e-5,
+        bias: bool = True,
+        attn_score: ScoreFactory = None,
+        attn_scale: float | None = None,
+    ):
+        super().__init__()
+        dropout = check_probability("dropout", dropout)
+        # nn.LayerNorm takes eps <= 0 and returns NaN on a constant row: refuse it here.
+        check_positive_float("layer_norm_eps", layer_norm_eps)
+        self.d_model = d_model
+        self.norm_first = bool(norm_first)
+        for name in self.attention_names:
+            attention = make_attention(d_model, n_heads, dropout, bias, attn_score, attn_scale)
+            setattr(self, name, attention)
+        self.ff = FeedForward(d_model, d_ff, dropout, activation, bias)
+        for i in range(1, len(self.attention_names) + 2):
+            setattr(self, f"norm{i}", nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias))
+        for i in range(1, len(self.attention_names) + 2):
+            setattr(self, f"dropout{i}", nn.Dropout(dropout))
+
+
+class EncoderLayer(_Layer):
     """Encoder layer: self-attention, then a feed-forward network, each with Add & Norm.
 
     Args:
@@ -187,34 +217,10 @@ class EncoderLayer(nn.Module):
         x (B, T, d_model), mask broadcastable to (B, n_heads, T, T) -> (B, T, d_model)
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        norm_first: bool = False,
-        activation: str | Callable[[Tensor], Tensor] = "relu",
-        layer_norm_eps: float = 1e-5,
-        bias: bool = True,
-        attn_score: ScoreFactory = None,
-        attn_scale: float | None = None,
-    ):
-        super().__init__()
-        dropout = check_probability("dropout", dropout)
-        # nn.LayerNorm takes eps <= 0 and returns NaN on a constant row: refuse it here.
-        check_positive_float("layer_norm_eps", layer_norm_eps)
-        self.d_model = d_model
-        self.norm_first = bool(norm_first)
-        self.self_attn = make_attention(d_model, n_heads, dropout, bias, attn_score, attn_scale)
-        self.ff = FeedForward(d_model, d_ff, dropout, activation, bias)
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
+    attention_names = ("self_attn",)
 
-    def _check_inputs(self, x: Tensor, mask: Tensor | None) -> None:
-        _check_sequence("x", x, self.d_model, self.ff.linear1.weight)
+    def _check_inputs(self, x: Tensor, mask: Tensor | None = None) -> None:
+        check_sequence("x", x, self.d_model, self.ff.linear1.weight)
         if mask is not None:
             B, T, _ = x.shape
             check_mask("mask", mask, (B, self.self_attn.n_heads, T, T), x.device)
@@ -228,8 +234,8 @@ class EncoderLayer(nn.Module):
     def _ff_block(self, x: Tensor) -> Tensor:
         return self.dropout2(self.ff(x))
 
+    @checked(_check_inputs)
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        self._check_inputs(x, mask)
         if self.norm_first:
             # Pre-LN:  X' = X + MHA(LayerNorm(X)),  X_out = X' + FFN(LayerNorm(X'))
             x = x + self._sa_block(self.norm1(x), mask)
@@ -240,6 +246,7 @@ class EncoderLayer(nn.Module):
             x = self.norm2(x + self._ff_block(x))
         return x
 
+    @checked(_check_inputs)
     def forward_steps(self, x: Tensor, mask: Tensor | None = None) -> Steps:
         """The same computation as `forward`, returning every intermediate tensor in order.
 
@@ -247,7 +254,6 @@ class EncoderLayer(nn.Module):
         Names, pre-LN:  input, norm1, self_attn, add1, norm2, ff, add2.
         Each tensor is (B, T, d_model); the last one equals `forward(x, mask)`.
         """
-        self._check_inputs(x, mask)
         steps: Steps = [("input", x)]
         steps += _residual_steps(
             x, lambda h: self._sa_block(h, mask), self.norm1, self.norm_first, "self_attn", 1
@@ -256,7 +262,7 @@ class EncoderLayer(nn.Module):
         return steps
 
 
-class DecoderLayer(nn.Module):
+class DecoderLayer(_Layer):
     """Decoder layer: masked self-attention, cross-attention to the encoder output, feed-forward.
 
     Each of the three sub-layers has its own Add & Norm. In cross-attention the queries come
@@ -272,40 +278,17 @@ class DecoderLayer(nn.Module):
         -> (B, T, d_model)
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        norm_first: bool = False,
-        activation: str | Callable[[Tensor], Tensor] = "relu",
-        layer_norm_eps: float = 1e-5,
-        bias: bool = True,
-        attn_score: ScoreFactory = None,
-        attn_scale: float | None = None,
-    ):
-        super().__init__()
-        dropout = check_probability("dropout", dropout)
-        # nn.LayerNorm takes eps <= 0 and returns NaN on a constant row: refuse it here.
-        check_positive_float("layer_norm_eps", layer_norm_eps)
-        self.d_model = d_model
-        self.norm_first = bool(norm_first)
-        self.self_attn = make_attention(d_model, n_heads, dropout, bias, attn_score, attn_scale)
-        self.cross_attn = make_attention(d_model, n_heads, dropout, bias, attn_score, attn_scale)
-        self.ff = FeedForward(d_model, d_ff, dropout, activation, bias)
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm3 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-        self.dropout3 = nn.Dropout(dropout)
+    attention_names = ("self_attn", "cross_attn")
 
     def _check_inputs(
-        self, y: Tensor, memory: Tensor, self_mask: Tensor | None, memory_mask: Tensor | None
+        self,
+        y: Tensor,
+        memory: Tensor,
+        self_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
     ) -> None:
-        _check_sequence("y", y, self.d_model, self.ff.linear1.weight)
-        _check_sequence("memory", memory, self.d_model, self.ff.linear1.weight)
+        check_sequence("y", y, self.d_model, self.ff.linear1.weight)
+        check_sequence("memory", memory, self.d_model, self.ff.linear1.weight)
         check_same("memory", memory.shape[0], y.shape[0], "batch size equal to y's")
         B, T, _ = y.shape
         S = memory.shape[1]
@@ -328,6 +311,7 @@ class DecoderLayer(nn.Module):
     def _ff_block(self, y: Tensor) -> Tensor:
         return self.dropout3(self.ff(y))
 
+    @checked(_check_inputs)
     def forward(
         self,
         y: Tensor,
@@ -335,7 +319,6 @@ class DecoderLayer(nn.Module):
         self_mask: Tensor | None = None,
         memory_mask: Tensor | None = None,
     ) -> Tensor:
-        self._check_inputs(y, memory, self_mask, memory_mask)
         if self.norm_first:
             # Pre-LN:  Y'  = Y + MaskedMHA(LayerNorm(Y))
             #          Y'' = Y' + CrossMHA(LayerNorm(Y'), X_L)
@@ -352,6 +335,7 @@ class DecoderLayer(nn.Module):
             y = self.norm3(y + self._ff_block(y))
         return y
 
+    @checked(_check_inputs)
     def forward_steps(
         self,
         y: Tensor,
@@ -365,19 +349,12 @@ class DecoderLayer(nn.Module):
         Names, pre-LN:  input, norm1, self_attn, add1, norm2, cross_attn, add2, norm3, ff, add3.
         Each tensor is (B, T, d_model); the last one equals `forward(...)`.
         """
-        self._check_inputs(y, memory, self_mask, memory_mask)
         nf = self.norm_first
         steps: Steps = [("input", y)]
         steps += _residual_steps(
             y, lambda h: self._sa_block(h, self_mask), self.norm1, nf, "self_attn", 1
         )
-        steps += _residual_steps(
-            steps[-1][1],
-            lambda h: self._ca_block(h, memory, memory_mask),
-            self.norm2,
-            nf,
-            "cross_attn",
-            2,
-        )
+        cross = lambda h: self._ca_block(h, memory, memory_mask)  # noqa: E731
+        steps += _residual_steps(steps[-1][1], cross, self.norm2, nf, "cross_attn", 2)
         steps += _residual_steps(steps[-1][1], self._ff_block, self.norm3, nf, "ff", 3)
         return steps
