@@ -18,26 +18,17 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._validation import (
-    check_device,
-    check_mask,
+    check_attention,
+    check_attention_module,
+    check_masked_softmax,
     check_positive_float,
     check_positive_int,
     check_probability,
-    check_query_key,
-    check_same,
-    check_sequence,
-    check_tensor,
     checked,
 )
 
 
-def _check_masked_softmax(scores: Tensor, mask: Tensor | None = None) -> None:
-    check_tensor("scores", scores, min_ndim=2, floating=True, finite=True)
-    if mask is not None:
-        check_mask("mask", mask, scores.shape, scores.device)
-
-
-@checked(_check_masked_softmax)
+@checked(check_masked_softmax)
 def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
     """Softmax over the last axis that gives blocked keys exactly zero weight.
 
@@ -54,39 +45,7 @@ def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
     return weights.masked_fill(~anything_allowed, 0.0)
 
 
-def _check_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Tensor | None = None,
-    scale: float | None = None,
-    dropout_p: float = 0.0,
-) -> None:
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        check_tensor(name, x, min_ndim=2, floating=True, finite=True)
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"k, v: expected the dtype of q ({q.dtype}), got {k.dtype} and {v.dtype}")
-    check_query_key(q, k, batch=False)  # devices and d_k; the batch is checked below, with v's
-    check_device("v", v, q.device, "q")
-    check_same("v", v.shape[-2], k.shape[-2], "number of positions (S) equal to k's")
-    T, S = q.shape[-2], k.shape[-2]
-    if T == 0 or S == 0:
-        raise ValueError(f"q, k: expected non-empty sequences, got T={T} and S={S}")
-    try:
-        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except RuntimeError:
-        raise ValueError(
-            "q, k, v: expected leading (batch, head) dimensions that broadcast, got "
-            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-        ) from None
-    if mask is not None:
-        check_mask("mask", mask, (*batch, T, S), q.device)
-    if scale is not None:
-        check_positive_float("scale", scale)
-    check_probability("dropout_p", dropout_p)
-
-
-@checked(_check_attention)
+@checked(check_attention)
 def scaled_dot_product_attention(
     q: Tensor,
     k: Tensor,
@@ -196,28 +155,7 @@ class MultiHeadAttention(nn.Module):
         self.record_weights = False
         self.last_weights: Tensor | None = None
 
-    def _check_inputs(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        mask: Tensor | None = None,
-        need_weights: bool = True,
-    ) -> None:
-        # Self-attention passes one tensor three times: its values are read (summed) once.
-        weight = self.q_proj.weight
-        check_sequence("query", query, self.d_model, weight)
-        check_sequence("key", key, self.d_model, weight, finite=key is not query)
-        fresh = value is not query and value is not key
-        check_sequence("value", value, self.d_model, weight, finite=fresh)
-        check_same("key", key.shape[0], query.shape[0], "batch size equal to query's")
-        check_same("value", value.shape[0], query.shape[0], "batch size equal to query's")
-        check_same("value", value.shape[1], key.shape[1], "length S equal to key's")
-        if mask is not None:
-            B, T, S = query.shape[0], query.shape[1], key.shape[1]
-            check_mask("mask", mask, (B, self.n_heads, T, S), query.device)
-
-    @checked(_check_inputs)
+    @checked(check_attention_module)
     def forward(
         self,
         query: Tensor,

@@ -22,15 +22,12 @@ from torch import Tensor, nn
 
 from ._validation import (
     check_choice,
-    check_finite,
-    check_like_parameters,
-    check_mask,
+    check_decoder_layer,
+    check_encoder_layer,
+    check_feed_forward,
     check_positive_float,
     check_positive_int,
     check_probability,
-    check_same,
-    check_sequence,
-    check_tensor,
     checked,
 )
 from .attention import MultiHeadAttention
@@ -131,13 +128,7 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W_2: d_ff -> d_model
 
-    def _check_inputs(self, x: Tensor) -> None:
-        check_tensor("x", x, min_ndim=1, floating=True)
-        check_same("x", x.shape[-1], self.linear1.in_features, "feature size d_model =")
-        check_like_parameters("x", x, self.linear1.weight)
-        check_finite("x", x)
-
-    @checked(_check_inputs)
+    @checked(check_feed_forward)
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
 
@@ -219,12 +210,6 @@ class EncoderLayer(_Layer):
 
     attention_names = ("self_attn",)
 
-    def _check_inputs(self, x: Tensor, mask: Tensor | None = None) -> None:
-        check_sequence("x", x, self.d_model, self.ff.linear1.weight)
-        if mask is not None:
-            B, T, _ = x.shape
-            check_mask("mask", mask, (B, self.self_attn.n_heads, T, T), x.device)
-
     def _sa_block(self, x: Tensor, mask: Tensor | None) -> Tensor:
         """Self-attention sub-layer: queries, keys and values all come from x."""
         # need_weights=False: the fused kernel; recording_attention still gets the weights.
@@ -234,7 +219,7 @@ class EncoderLayer(_Layer):
     def _ff_block(self, x: Tensor) -> Tensor:
         return self.dropout2(self.ff(x))
 
-    @checked(_check_inputs)
+    @checked(check_encoder_layer)
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         if self.norm_first:
             # Pre-LN:  X' = X + MHA(LayerNorm(X)),  X_out = X' + FFN(LayerNorm(X'))
@@ -246,7 +231,7 @@ class EncoderLayer(_Layer):
             x = self.norm2(x + self._ff_block(x))
         return x
 
-    @checked(_check_inputs)
+    @checked(check_encoder_layer)
     def forward_steps(self, x: Tensor, mask: Tensor | None = None) -> Steps:
         """The same computation as `forward`, returning every intermediate tensor in order.
 
@@ -280,24 +265,6 @@ class DecoderLayer(_Layer):
 
     attention_names = ("self_attn", "cross_attn")
 
-    def _check_inputs(
-        self,
-        y: Tensor,
-        memory: Tensor,
-        self_mask: Tensor | None = None,
-        memory_mask: Tensor | None = None,
-    ) -> None:
-        check_sequence("y", y, self.d_model, self.ff.linear1.weight)
-        check_sequence("memory", memory, self.d_model, self.ff.linear1.weight)
-        check_same("memory", memory.shape[0], y.shape[0], "batch size equal to y's")
-        B, T, _ = y.shape
-        S = memory.shape[1]
-        h = self.self_attn.n_heads
-        if self_mask is not None:
-            check_mask("self_mask", self_mask, (B, h, T, T), y.device)
-        if memory_mask is not None:
-            check_mask("memory_mask", memory_mask, (B, h, T, S), y.device)
-
     def _sa_block(self, y: Tensor, mask: Tensor | None) -> Tensor:
         """Masked self-attention sub-layer: the causal mask hides later target positions."""
         out, _ = self.self_attn(y, y, y, mask=mask, need_weights=False)
@@ -311,7 +278,7 @@ class DecoderLayer(_Layer):
     def _ff_block(self, y: Tensor) -> Tensor:
         return self.dropout3(self.ff(y))
 
-    @checked(_check_inputs)
+    @checked(check_decoder_layer)
     def forward(
         self,
         y: Tensor,
@@ -335,7 +302,7 @@ class DecoderLayer(_Layer):
             y = self.norm3(y + self._ff_block(y))
         return y
 
-    @checked(_check_inputs)
+    @checked(check_decoder_layer)
     def forward_steps(
         self,
         y: Tensor,

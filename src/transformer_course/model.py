@@ -17,12 +17,14 @@ import torch
 from torch import Tensor, nn
 
 from ._validation import (
-    check_mask,
+    check_decode,
+    check_decoder,
+    check_encoder,
     check_positive_int,
-    check_same,
-    check_sequence,
+    check_source,
+    check_target,
     check_token_id,
-    check_tokens,
+    check_transformer,
     checked,
 )
 from .layers import DecoderLayer, EncoderLayer, ScoreFactory
@@ -72,10 +74,6 @@ class _Stack(nn.Module):
         )
         self.norm = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias) if final_norm else None
 
-    def _check_inputs(self, *args, **kwargs) -> None:
-        # Every layer takes what the first one takes; errors name this call's arguments.
-        self.layers[0]._check_inputs(*args, **kwargs)
-
 
 class Encoder(_Stack):
     """A stack of n_layers EncoderLayers, with an optional final LayerNorm.
@@ -92,7 +90,7 @@ class Encoder(_Stack):
 
     layer_class = EncoderLayer
 
-    @checked(_Stack._check_inputs)
+    @checked(check_encoder)
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         for layer in self.layers:
             x = layer(x, mask)  # (B, S, d_model)
@@ -111,7 +109,7 @@ class Decoder(_Stack):
 
     layer_class = DecoderLayer
 
-    @checked(_Stack._check_inputs)
+    @checked(check_decoder)
     def forward(
         self,
         y: Tensor,
@@ -223,34 +221,7 @@ class Transformer(nn.Module):
             if p.dim() > 1 and not name.startswith("positional."):
                 nn.init.xavier_uniform_(p)
 
-    def _check_tokens(self, name: str, tokens: Tensor, vocab: int) -> None:
-        check_tokens(name, tokens, vocab, self.max_len, self.src_embed.weight.device)
-
-    def _check_source(self, src: Tensor, src_mask: Tensor | None = None) -> None:
-        self._check_tokens("src", src, self.src_vocab)
-        if src_mask is not None:
-            B, S = src.shape
-            n_heads = self.encoder.layers[0].self_attn.n_heads
-            check_mask("src_mask", src_mask, (B, n_heads, S, S), src.device)
-
-    def _check_target(self, tgt: Tensor) -> None:
-        self._check_tokens("tgt", tgt, self.tgt_vocab)
-
-    def _check_decode(self, tgt: Tensor, memory: Tensor, memory_mask: Tensor | None = None) -> None:
-        self._check_tokens("tgt", tgt, self.tgt_vocab)
-        check_sequence("memory", memory, self.d_model, self.lm_head.weight)
-        check_same("memory", memory.shape[0], tgt.shape[0], "batch size equal to tgt's")
-        if memory_mask is not None:
-            (B, T), S = tgt.shape, memory.shape[1]
-            n_heads = self.decoder.layers[0].cross_attn.n_heads
-            check_mask("memory_mask", memory_mask, (B, n_heads, T, S), tgt.device)
-
-    def _check_forward(self, src: Tensor, tgt: Tensor) -> None:
-        self._check_tokens("src", src, self.src_vocab)
-        self._check_tokens("tgt", tgt, self.tgt_vocab)
-        check_same("tgt", tgt.shape[0], src.shape[0], "batch size equal to src's")
-
-    @checked(_check_source)
+    @checked(check_source)
     def source_mask(self, src: Tensor) -> Tensor:
         """Mask of the encoder self-attention and of cross-attention: no attending to padding.
 
@@ -259,7 +230,7 @@ class Transformer(nn.Module):
         """
         return token_padding_mask(src, self.pad_id)  # (B, 1, 1, S)
 
-    @checked(_check_target)
+    @checked(check_target)
     def target_mask(self, tgt: Tensor) -> Tensor:
         """Mask of the decoder self-attention: causal (no peeking ahead) and no padding.
 
@@ -272,7 +243,7 @@ class Transformer(nn.Module):
             token_padding_mask(tgt, self.pad_id),  # (B, 1, 1, T)
         )  # (B, 1, T, T)
 
-    @checked(_check_source)
+    @checked(check_source)
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Encoder output ("memory") for source tokens; src_mask defaults to `source_mask(src)`.
 
@@ -285,7 +256,7 @@ class Transformer(nn.Module):
         x = self.positional(self.src_embed(src) * math.sqrt(self.d_model))  # (B, S, d_model)
         return self.encoder(x, src_mask)  # (B, S, d_model)
 
-    @checked(_check_decode)
+    @checked(check_decode)
     def decode(self, tgt: Tensor, memory: Tensor, memory_mask: Tensor | None = None) -> Tensor:
         """Next-token logits at every target position, given the encoder output.
 
@@ -302,7 +273,7 @@ class Transformer(nn.Module):
         y = self.decoder(y, memory, self.target_mask(tgt), memory_mask)  # (B, T, d_model)
         return self.lm_head(y)  # (B, T, tgt_vocab)
 
-    @checked(_check_forward)
+    @checked(check_transformer)
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         """Teacher forcing: logits for every target position in one pass.
 
@@ -329,7 +300,7 @@ def _check_greedy_decode(
     check_token_id("eos_id", eos_id, model.tgt_vocab)
     if bos_id == model.pad_id:
         raise ValueError(f"bos_id: must differ from model.pad_id={model.pad_id}, got {bos_id}")
-    model._check_source(src)
+    check_source(model, src)
 
 
 @checked(_check_greedy_decode)
