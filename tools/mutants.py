@@ -7,6 +7,7 @@ The working tree is never modified.
 
     python tools/mutants.py            # every mutant; prints one line each and the kill rate
     python tools/mutants.py causal     # only mutants whose name contains "causal"
+    python tools/mutants.py model.py   # only the mutants of model.py
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import NamedTuple
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "src/transformer_course"
 
+# The tests of each module, the most direct first (pytest stops at the first failure).
 TESTS = {
     "masks.py": ["tests/test_masks.py", "tests/test_model.py"],
     "attention.py": ["tests/test_attention.py", "tests/test_scoring.py", "tests/test_interop.py"],
@@ -70,6 +72,12 @@ MUTANTS = [
         "attention.py",
         "return torch.softmax(scores, dim=-1)",
         "return torch.softmax(scores, dim=-2)",
+    ),
+    Mutant(
+        "in-place softmax over queries",
+        "attention.py",
+        "torch.softmax(scores, dim=-1, out=scores)",
+        "torch.softmax(scores, dim=-2, out=scores)",
     ),
     Mutant(
         "fully masked rows not zeroed",
@@ -260,7 +268,7 @@ def run(mutant: Mutant) -> tuple[bool, float]:
 
 
 def main(argv: list[str]) -> int:
-    chosen = [m for m in MUTANTS if not argv or any(a in m.name for a in argv)]
+    chosen = [m for m in MUTANTS if not argv or any(a in m.name or a == m.file for a in argv)]
     killed = 0
     for mutant in chosen:
         dead, seconds = run(mutant)

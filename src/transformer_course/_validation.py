@@ -205,6 +205,18 @@ def check_choice(name: str, value: object, choices: Sequence[str]) -> str:
     return value  # type: ignore[return-value]
 
 
+def check_activation(activation: object, choices: dict[str, Callable]) -> Callable:
+    """Check an `activation`: a name among `choices` or a callable; return the callable."""
+    if isinstance(activation, str):
+        return choices[check_choice("activation", activation, list(choices))]
+    if callable(activation):
+        return activation
+    raise TypeError(
+        f"activation: expected one of {list(choices)} or a callable, "
+        f"got {type(activation).__name__}"
+    )
+
+
 def check_same(name: str, actual: int, expected: int, what: str) -> None:
     """Check that a size of `name` equals the size it must match."""
     if actual != expected:
@@ -291,6 +303,19 @@ def check_attention(
     if scale is not None:
         check_positive_float("scale", scale)
     check_probability("dropout_p", dropout_p)
+
+
+def check_split_heads(x: Tensor, n_heads: int) -> None:
+    """split_heads's arguments."""
+    check_tensor("x", x, ndim=3)
+    check_positive_int("n_heads", n_heads)
+    if x.shape[-1] % n_heads != 0:
+        raise ValueError(f"n_heads: expected a divisor of d_model={x.shape[-1]}, got {n_heads}")
+
+
+def check_merge_heads(x: Tensor) -> None:
+    """merge_heads's argument."""
+    check_tensor("x", x, ndim=4)
 
 
 def check_attention_module(
@@ -394,3 +419,24 @@ def check_transformer(self: nn.Module, src: Tensor, tgt: Tensor) -> None:
     check_tokens("src", src, self.src_vocab, self.max_len, self.src_embed.weight.device)
     check_tokens("tgt", tgt, self.tgt_vocab, self.max_len, self.src_embed.weight.device)
     check_same("tgt", tgt.shape[0], src.shape[0], "batch size equal to src's")
+
+
+def check_greedy_decode(
+    model: nn.Module, src: Tensor, max_len: int, bos_id: int, eos_id: int
+) -> None:
+    """greedy_decode's arguments."""
+    from .model import Transformer  # here: model.py imports this module
+
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model: expected a Transformer, got {type(model).__name__}")
+    check_positive_int("max_len", max_len)
+    if max_len + 1 > model.max_len:
+        raise ValueError(
+            f"max_len: expected at most model.max_len - 1 = {model.max_len - 1} "
+            f"(BOS takes a position), got {max_len}"
+        )
+    check_token_id("bos_id", bos_id, model.tgt_vocab)
+    check_token_id("eos_id", eos_id, model.tgt_vocab)
+    if bos_id == model.pad_id:
+        raise ValueError(f"bos_id: must differ from model.pad_id={model.pad_id}, got {bos_id}")
+    check_source(model, src)

@@ -21,9 +21,11 @@ from ._validation import (
     check_attention,
     check_attention_module,
     check_masked_softmax,
+    check_merge_heads,
     check_positive_float,
     check_positive_int,
     check_probability,
+    check_split_heads,
     checked,
 )
 
@@ -74,7 +76,12 @@ def scaled_dot_product_attention(
     # Scaling q first is the same maths with T*d_k multiplications instead of T*S.
     scores = (q * scale) @ k.transpose(-2, -1)  # (..., T, S)
     # Step 2: softmax over the keys turns scores into weights that sum to 1.
-    weights = masked_softmax(scores, mask)  # (..., T, S)
+    if mask is None and not scores.requires_grad:
+        # Inference: nothing needs the scores again, so the weights overwrite them instead of
+        # filling a second tensor of the largest size attention makes (benchmarks/RESULTS.md).
+        weights = torch.softmax(scores, dim=-1, out=scores)  # (..., T, S)
+    else:
+        weights = masked_softmax(scores, mask)  # (..., T, S)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     # Step 3: each output is the weighted average of the values.
@@ -82,6 +89,7 @@ def scaled_dot_product_attention(
     return output, weights
 
 
+@checked(check_split_heads)
 def split_heads(x: Tensor, n_heads: int) -> Tensor:
     """Cut the last axis into n_heads slices of d_k and move the heads next to the batch.
 
@@ -93,6 +101,7 @@ def split_heads(x: Tensor, n_heads: int) -> Tensor:
     return x.transpose(1, 2)  # (B, h, L, d_k)
 
 
+@checked(check_merge_heads)
 def merge_heads(x: Tensor) -> Tensor:
     """Undo `split_heads`: put the heads' outputs side by side again (the Concat of the paper).
 

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._validation import (
-    check_choice,
+    check_activation,
     check_decoder_layer,
     check_encoder_layer,
     check_feed_forward,
@@ -31,7 +31,7 @@ from ._validation import (
     checked,
 )
 from .attention import MultiHeadAttention
-from .scoring import SCORER_NAMES, make_scorer
+from .scoring import resolve_scorer
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 
@@ -40,17 +40,6 @@ Steps = list[tuple[str, Tensor]]
 
 # Scorer argument of the layers: a name for `scoring.make_scorer`, or a factory d_k -> module.
 ScoreFactory = str | Callable[[int], nn.Module] | None
-
-
-def _resolve_activation(activation: object) -> Callable[[Tensor], Tensor]:
-    if isinstance(activation, str):
-        return ACTIVATIONS[check_choice("activation", activation, list(ACTIVATIONS))]
-    if callable(activation):
-        return activation
-    raise TypeError(
-        f"activation: expected one of {list(ACTIVATIONS)} or a callable, "
-        f"got {type(activation).__name__}"
-    )
 
 
 def make_attention(
@@ -77,20 +66,7 @@ def make_attention(
     attention = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias, scale=attn_scale)
     if attn_score is None:
         return attention
-    if isinstance(attn_score, str):
-        score = make_scorer(check_choice("attn_score", attn_score, SCORER_NAMES), attention.d_k)
-    elif callable(attn_score):
-        score = attn_score(attention.d_k)
-        if not isinstance(score, nn.Module):
-            raise TypeError(
-                "attn_score: expected a factory returning an nn.Module, "
-                f"got one returning {type(score).__name__}"
-            )
-    else:
-        raise TypeError(
-            "attn_score: expected None, a scorer name or a callable d_k -> module, "
-            f"got {type(attn_score).__name__}"
-        )
+    score = resolve_scorer(attn_score, attention.d_k)
     attention.score = score  # registered as a sub-module, so its weights train and save
     return attention
 
@@ -124,7 +100,7 @@ class FeedForward(nn.Module):
         check_positive_int("d_model", d_model)
         check_positive_int("d_ff", d_ff)
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # W_1: d_model -> d_ff
-        self.activation = _resolve_activation(activation)
+        self.activation = check_activation(activation, ACTIVATIONS)
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W_2: d_ff -> d_model
 

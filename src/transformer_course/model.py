@@ -20,6 +20,7 @@ from ._validation import (
     check_decode,
     check_decoder,
     check_encoder,
+    check_greedy_decode,
     check_positive_int,
     check_source,
     check_target,
@@ -285,25 +286,7 @@ class Transformer(nn.Module):
         return self.decode(tgt, memory, src_mask)  # (B, T, tgt_vocab)
 
 
-def _check_greedy_decode(
-    model: Transformer, src: Tensor, max_len: int, bos_id: int, eos_id: int
-) -> None:
-    if not isinstance(model, Transformer):
-        raise TypeError(f"model: expected a Transformer, got {type(model).__name__}")
-    check_positive_int("max_len", max_len)
-    if max_len + 1 > model.max_len:
-        raise ValueError(
-            f"max_len: expected at most model.max_len - 1 = {model.max_len - 1} "
-            f"(BOS takes a position), got {max_len}"
-        )
-    check_token_id("bos_id", bos_id, model.tgt_vocab)
-    check_token_id("eos_id", eos_id, model.tgt_vocab)
-    if bos_id == model.pad_id:
-        raise ValueError(f"bos_id: must differ from model.pad_id={model.pad_id}, got {bos_id}")
-    check_source(model, src)
-
-
-@checked(_check_greedy_decode)
+@checked(check_greedy_decode)
 def greedy_decode(
     model: Transformer, src: Tensor, max_len: int, bos_id: int, eos_id: int
 ) -> Tensor:

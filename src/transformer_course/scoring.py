@@ -18,6 +18,7 @@ materialises a (T, S, d_hidden) tensor. `scoring_cost` gives the numbers for cha
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -233,6 +234,25 @@ def make_scorer(
         return BilinearScore(d_k, d_k)
     d_hidden = d_k if d_hidden is None else check_positive_int("d_hidden", d_hidden)
     return AdditiveScore(d_k, d_k, d_hidden)
+
+
+def resolve_scorer(attn_score: str | Callable[[int], nn.Module], d_k: int) -> nn.Module:
+    """The scorer that `attn_score` names (see `make_scorer`), or that the factory
+    `attn_score(d_k)` returns, for queries and keys of size d_k (the `attn_score` of the layers)."""
+    if isinstance(attn_score, str):
+        return make_scorer(check_choice("attn_score", attn_score, SCORER_NAMES), d_k)
+    if not callable(attn_score):
+        raise TypeError(
+            "attn_score: expected None, a scorer name or a callable d_k -> module, "
+            f"got {type(attn_score).__name__}"
+        )
+    score = attn_score(d_k)
+    if not isinstance(score, nn.Module):
+        raise TypeError(
+            "attn_score: expected a factory returning an nn.Module, "
+            f"got one returning {type(score).__name__}"
+        )
+    return score
 
 
 # ---------------------------------------------------------------------------------------------
