@@ -346,6 +346,7 @@ def cells_json(nb) -> list:
     return json.loads(json.dumps(nb["cells"]))
 
 
+@pytest.mark.slow  # stamps a copy of every notebook (about 50 s on a busy machine)
 def test_stamping_inserts_one_cell_and_touches_nothing_else(unstamped_copies, tmp_path):
     tool = stamp_tool()
     normaliser = load_tool("execute_notebooks")
