@@ -1,12 +1,5 @@
-# The Transformer, from the Ground Up: build, check and read the book.
-#
-#   make book        create .venv if needed, install, fetch the front-end assets, build _build/html
-#   make test        everything CI checks (lint, package tests, nbval, strict book build, browser)
-#   make lab         JupyterLab on notebooks/
-#   make notebooks   re-execute every notebook in place (outputs + widget state, normalised;
-#                    REMEASURE=1 also re-takes the timings kept in nbval-ignore-output cells)
-#   make serve       serve _build/html on http://127.0.0.1:8000/
-#   make bench       run benchmarks/run_all.py
+# The Transformer, from the Ground Up: build, check and read the book. `make help` lists the
+# targets: each is documented by the `## ...` comment on its own line.
 #
 # Variables: PYTHON (interpreter that creates .venv), PORT, CHROMIUM (path to a Chromium binary),
 # TORCH_INDEX_URL (e.g. https://download.pytorch.org/whl/cpu for a CPU-only torch on a laptop).
@@ -22,7 +15,9 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 VENV_STAMP := $(VENV)/.installed
 ASSETS_STAMP := _assets/.stamp
-TORCH_VERSION := 2.13.0
+# The one place torch's version is written is constraints.txt (binder/requirements.txt has its own
+# copy, which tests/test_publishing.py checks against it).
+TORCH_VERSION := $(shell sed -n 's/^torch==//p' constraints.txt)
 TORCH_INDEX_URL ?=
 HOST := 127.0.0.1
 PORT ?= 8000
@@ -38,21 +33,23 @@ FIND_CHROMIUM = { if [ -n "$${CHROMIUM:-}" ]; then echo "$$CHROMIUM"; \
 	elif [ -x /usr/bin/chromium ]; then echo /usr/bin/chromium; \
 	else command -v chromium || command -v chromium-browser || true; fi; }
 
-.PHONY: help book assets test lint unit nbval book-strict browser chromium npm lab notebooks \
-	serve bench constraints clean distclean
+.PHONY: help book assets test lint unit slow nbval book-strict browser chromium npm lab notebooks \
+	serve bench mutants constraints clean distclean
 
-help:
-	@sed -n '3,9p' Makefile | sed 's/^# //'
+help: ## this list
+	@grep -E '^[a-z%-]+:.*## ' $(firstword $(MAKEFILE_LIST)) \
+		| sed -E 's/^([a-z%-]+):.*## (.*)/  make \1\t\2/' | expand -t 20
 
 # --------------------------------------------------------------------------- environment
 
 # torch first, pinned: a bare "torch" (or a range admitting a newer release) pulls a CUDA build of
-# several GB; with 2.13.0 installed the requirements' range installs nothing more.
+# several GB; with the pinned version installed the requirements' range installs nothing more.
 $(VENV_STAMP): requirements.txt constraints.txt pyproject.toml
 	@if [ ! -x $(PY) ]; then \
 		echo "Creating $(VENV) with $(PYTHON)"; \
 		$(PYTHON) -m venv $(VENV); \
 	fi
+	@test -n "$(TORCH_VERSION)" || { echo "constraints.txt pins no torch==<version>"; exit 1; }
 	$(PY) -m pip install --quiet torch==$(TORCH_VERSION) \
 		$(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 	$(PY) -m pip install --quiet -r requirements.txt -c constraints.txt
@@ -78,16 +75,16 @@ $(ASSETS_STAMP): package.json package-lock.json tools/fetch_assets.py \
 	$(PY) tools/fetch_assets.py
 	@touch $@
 
-assets: $(ASSETS_STAMP)
+assets: $(ASSETS_STAMP) ## fetch the pinned front-end files (widgets, MathJax) into _assets/
 
 # --------------------------------------------------------------------------- the book
 
-book: $(VENV_STAMP) $(ASSETS_STAMP)
+book: $(VENV_STAMP) $(ASSETS_STAMP) ## create .venv if needed, install, fetch the assets, build _build/html
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
 	@echo "The book: $(CURDIR)/$(BUILD_HTML)/index.html  (or: make serve)"
 
 # What CI checks: a fresh build (every page re-read), and not one warning in its log.
-book-strict: $(VENV_STAMP) $(ASSETS_STAMP)
+book-strict: $(VENV_STAMP) $(ASSETS_STAMP) ## a fresh build of every page, failing on any warning (CI)
 	@mkdir -p _build
 	@start=$$(date +%s); \
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS) --all 2>&1 | tee _build/book-build.log; \
@@ -98,19 +95,25 @@ book-strict: $(VENV_STAMP) $(ASSETS_STAMP)
 
 # --------------------------------------------------------------------------- checks
 
-test: lint unit nbval book-strict browser
+test: lint unit slow nbval book-strict browser ## everything CI checks (lint, package tests, nbval, strict build, browser)
 	@echo "make test: all checks passed. The book: $(CURDIR)/$(BUILD_HTML)/index.html"
 
-lint: $(VENV_STAMP)
+lint: $(VENV_STAMP) ## ruff check and ruff format --check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-unit: $(VENV_STAMP)
-	$(PY) -m pytest tests --ignore=tests/browser --durations=10
+unit: $(VENV_STAMP) ## the package tests, without the slow ones (a quick check while working)
+	$(PY) -m pytest tests --ignore=tests/browser -m "not slow" --durations=10
+
+slow: $(VENV_STAMP) ## the package tests marked slow (training runs, notebook execution)
+	$(PY) -m pytest tests --ignore=tests/browser -m slow --durations=10
+
+mutants: $(VENV_STAMP) ## plant bugs in the core modules and check the tests catch every one
+	$(PY) tools/mutants.py
 
 # One thread, while `make notebooks` runs with the default (2 here): every check of the outputs is
 # also a check that they do not depend on the thread count.
-nbval: $(VENV_STAMP)
+nbval: $(VENV_STAMP) ## every notebook re-run and compared with its saved outputs (nbval)
 	@if [ -z "$(NOTEBOOKS)" ]; then \
 		echo "nbval: notebooks/ has no notebook yet: nothing to validate."; \
 	else \
@@ -142,25 +145,25 @@ chromium:
 	fi
 
 # The built book in headless Chromium (Playwright, never `playwright install`).
-browser: $(VENV_STAMP) $(ASSETS_STAMP) chromium
+browser: $(VENV_STAMP) $(ASSETS_STAMP) chromium ## the built book in headless Chromium (offline, widgets, axe, phone)
 	CHROMIUM=$$($(FIND_CHROMIUM)) $(PY) -m pytest tests/browser
 
 # --------------------------------------------------------------------------- working on it
 
-lab: $(VENV_STAMP)
+lab: $(VENV_STAMP) ## JupyterLab on notebooks/
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(if $(IS_ROOT),--allow-root)
 
 # The install cell first (it follows repository.url in _config.yml), then every cell is executed.
-notebooks: $(VENV_STAMP)
+notebooks: $(VENV_STAMP) ## re-execute every notebook in place (REMEASURE=1 re-takes the timings)
 	$(PY) tools/stamp_install_cell.py
 	$(PY) tools/execute_notebooks.py $(if $(REMEASURE),--remeasure)
 
-serve:
+serve: ## serve _build/html on http://127.0.0.1:8000/
 	@test -f $(BUILD_HTML)/index.html || { echo "No built book: run 'make book' first."; exit 1; }
 	@echo "Serving the book at http://$(HOST):$(PORT)/  (Ctrl+C to stop)"
 	@$(PYTHON) -m http.server $(PORT) --bind $(HOST) --directory $(BUILD_HTML)
 
-bench: $(VENV_STAMP)
+bench: $(VENV_STAMP) ## run benchmarks/run_all.py (writes benchmarks/RESULTS.md)
 	@if [ -f benchmarks/run_all.py ]; then \
 		$(PY) benchmarks/run_all.py; \
 	else \
@@ -168,7 +171,7 @@ bench: $(VENV_STAMP)
 	fi
 
 # Exact versions of everything in .venv (minus this package), for `pip install -c constraints.txt`.
-constraints: $(VENV_STAMP)
+constraints: $(VENV_STAMP) ## re-pin constraints.txt from .venv
 	@{ sed -n '1,3p' constraints.txt; \
 	$(PY) -m pip freeze --exclude-editable | sed -E 's/^(torch==[^+]+)\+.*/\1/'; \
 	} > constraints.txt.new
@@ -176,8 +179,8 @@ constraints: $(VENV_STAMP)
 	@touch $(VENV_STAMP)
 	@echo "constraints.txt: $$(grep -c '==' constraints.txt) pinned packages"
 
-clean:
+clean: ## remove _build, _assets and node_modules
 	rm -rf _build _assets node_modules
 
-distclean: clean
+distclean: clean ## clean, and remove .venv too
 	rm -rf $(VENV)

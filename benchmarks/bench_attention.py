@@ -192,9 +192,10 @@ def run(smoke: bool = False, threads: int | None = None) -> Section:
         "autograd is off and there is no mask, the softmax writes the weights over the scores "
         "(torch.softmax(scores, dim=-1, out=scores)) instead of allocating a second (B, h, T, "
         "T) tensor, whose fresh pages cost as much as the softmax itself at large T, as "
-        "torch's fused operator does; (2) the q/k/v check skips torch.broadcast_shapes (slow "
-        "Python) when the leading shapes are equal, which cut the fixed cost per call. The "
-        "teaching steps, comments and shape comments are unchanged."
+        "torch's fused operator does; (2) arguments are checked once, at the public boundary "
+        "(`_validation.checked`): the attention function MultiHeadAttention calls, and its "
+        "projections, are not checked again, which cut the fixed cost per call. The teaching "
+        "steps, comments and shape comments are unchanged."
     )
     if not smoke:
         if worst["forward"] > TARGET_RATIO:

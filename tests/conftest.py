@@ -1,6 +1,9 @@
-"""Shared fixtures: a seeded torch for every test, and float64 helpers for exact identities."""
+"""Shared fixtures: a seeded torch for every test, float64 helpers for exact identities, one thread
+and torch's plain path for comparisons with torch.nn (opt in with `pytest.mark.usefixtures`)."""
 
 from __future__ import annotations
+
+import sys
 
 import pytest
 import torch
@@ -36,3 +39,29 @@ def randn64():
         return x.requires_grad_(requires_grad)
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    """Close every matplotlib figure a test leaves open (without importing matplotlib)."""
+    yield
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny tensors: one thread is many times faster than two threads on a busy 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def no_torch_fast_path():
+    """Make torch's layers take their plain (differentiable) path, the one we compare against."""
+    enabled = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    yield
+    torch.backends.mha.set_fastpath_enabled(enabled)

@@ -30,12 +30,14 @@ import torch
 from torch import nn
 
 import transformer_course
-from transformer_course import positional, scoring
+from transformer_course import measure, positional, scoring
 from transformer_course.attention import (
     MultiHeadAttention,
     masked_softmax,
+    merge_heads,
     recording_attention,
     scaled_dot_product_attention,
+    split_heads,
 )
 from transformer_course.interop import gradients_from_torch, load_from_torch
 from transformer_course.layers import DecoderLayer, EncoderLayer, FeedForward, make_attention
@@ -63,6 +65,7 @@ from transformer_course.scoring import (
     cosine_score,
     dot_score,
     make_scorer,
+    resolve_scorer,
     scaled_dot_score,
     scoring_cost,
 )
@@ -75,6 +78,7 @@ NAN, INF = float("nan"), float("inf")
 EXEMPT = {
     "Scorer": "abstract base class of the scorers: no arguments, forward is not implemented",
     "ScoringCost": "a NamedTuple that scoring_cost returns; nothing is validated on construction",
+    "MemoryTracker": "a context manager with no arguments",
 }
 
 
@@ -432,6 +436,15 @@ rows(
     ),
 )
 rows(recording, None, ("model a function", lambda: {"model": lambda z: z}, TE, "model"))
+rows(
+    split_heads,
+    lambda: {"x": x(B, T, D), "n_heads": H},
+    ("x rank 4", lambda: {"x": x(B, H, T, D)}, E, "x"),
+    ("x not a tensor", lambda: {"x": [[0.0] * D]}, TE, "x"),
+    ("n_heads does not divide d_model", lambda: {"n_heads": 3}, E, "n_heads"),
+    ("n_heads zero", lambda: {"n_heads": 0}, E, "n_heads"),
+)
+rows(merge_heads, None, ("x rank 3", lambda: {"x": x(B, T, D)}, E, "x"))
 
 # --- layers.py
 rows(
@@ -779,6 +792,13 @@ for score in (additive_forward, bilinear_forward):
         ("q, k on another device", lambda: {"q": meta_x(T, D), "k": meta_x(S, D)}, E, "q"),
     )
 rows(
+    resolve_scorer,
+    lambda: {"d_k": 4},
+    ("unknown name", lambda: {"attn_score": "dotty"}, E, "attn_score"),
+    ("an int", lambda: {"attn_score": 3}, TE, "attn_score"),
+    ("factory returns no module", lambda: {"attn_score": lambda d_k: d_k}, TE, "attn_score"),
+)
+rows(
     make_scorer,
     lambda: {"name": "dot", "d_k": D},
     ("unknown name", lambda: {"name": "dotty"}, E, "name"),
@@ -792,6 +812,39 @@ rows(
     ("T negative", lambda: {"T": -1}, E, "T"),
     ("S zero", lambda: {"S": 0}, E, "S"),
     ("d a float", lambda: {"d": 8.0}, TE, "d"),
+)
+
+
+# --- measure.py
+def threads(**kwargs):
+    with measure.torch_threads(**kwargs):
+        pass
+
+
+threads.public_name = "torch_threads"
+rows(
+    threads,
+    None,
+    ("n zero", lambda: {"n": 0}, E, "n"),
+    ("n a float", lambda: {"n": 1.5}, TE, "n"),
+)
+rows(
+    measure.best_time,
+    None,
+    ("fn not callable", lambda: {"fn": 3}, TE, "fn"),
+    ("repeats zero", lambda: {"fn": lambda: None, "repeats": 0}, E, "repeats"),
+)
+rows(measure.peak_memory, None, ("fn not callable", lambda: {"fn": "f"}, TE, "fn"))
+rows(
+    measure.entropy,
+    None,
+    ("integer weights", lambda: {"weights": longs(T, S)}, TE, "weights"),
+    ("weights a list", lambda: {"weights": [0.5, 0.5]}, TE, "weights"),
+)
+rows(
+    measure.moving_average,
+    None,
+    ("window zero", lambda: {"values": [1.0], "window": 0}, E, "window"),
 )
 
 # --- training.py
@@ -826,7 +879,7 @@ def _public_names() -> set[str]:
     """The names the table must cover: the package's __all__, the public names defined in
     scoring.py and positional.py, the rest of the fixed API in CONTRIBUTING.md, and DigitTask."""
     names = set(transformer_course.__all__)
-    for module in (scoring, positional):
+    for module in (scoring, positional, measure):
         names |= {
             name
             for name, obj in vars(module).items()
@@ -834,7 +887,8 @@ def _public_names() -> set[str]:
             and (inspect.isfunction(obj) or inspect.isclass(obj))
             and obj.__module__ == module.__name__
         }
-    return names | {"make_attention", "gradients_from_torch", "DigitTask"}
+    extra = {"make_attention", "gradients_from_torch", "DigitTask", "split_heads", "merge_heads"}
+    return names | extra
 
 
 def test_the_table_covers_every_public_name():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_layers import assert_matches_torch
 from torch import nn
+from torch_reference import assert_matches_torch
 
 from transformer_course.attention import MultiHeadAttention
 from transformer_course.interop import gradients_from_torch, load_from_torch
@@ -17,21 +17,7 @@ D_MODEL, N_HEADS, D_FF = 16, 4, 32
 B, T, S = 3, 5, 7
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one thread is many times faster than two threads on a busy 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(autouse=True)
-def no_torch_fast_path():
-    enabled = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)
-    yield
-    torch.backends.mha.set_fastpath_enabled(enabled)
+pytestmark = pytest.mark.usefixtures("one_thread", "no_torch_fast_path")
 
 
 def _their_encoder_layer(**kwargs) -> nn.TransformerEncoderLayer:

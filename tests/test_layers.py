@@ -8,15 +8,14 @@ for the exact comparisons; `test_encoder_layer_matches_torch_fast_path` checks i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch_reference import TOL, assert_matches_torch
 
 from transformer_course.attention import MultiHeadAttention, recording_attention
-from transformer_course.interop import gradients_from_torch, load_from_torch
+from transformer_course.interop import load_from_torch
 from transformer_course.layers import DecoderLayer, EncoderLayer, FeedForward, make_attention
 from transformer_course.masks import (
     causal_mask,
@@ -29,62 +28,9 @@ from transformer_course.scoring import AdditiveScore, BilinearScore
 
 D_MODEL, N_HEADS, D_FF = 16, 4, 32
 B, T, S = 3, 5, 7
-TOL = {"rtol": 1e-5, "atol": 1e-5}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one thread is many times faster than two threads on a busy 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(autouse=True)
-def no_torch_fast_path():
-    """Make torch's layers take their plain (differentiable) path; restored afterwards."""
-    enabled = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)
-    yield
-    torch.backends.mha.set_fastpath_enabled(enabled)
-
-
-def _named_parameters(module: object) -> dict[str, torch.Tensor]:
-    if isinstance(module, (tuple, list)):
-        return {f"{i}.{n}": p for i, m in enumerate(module) for n, p in m.named_parameters()}
-    return dict(module.named_parameters())
-
-
-def assert_matches_torch(
-    ours: object,
-    theirs: nn.Module,
-    run_ours: Callable[..., torch.Tensor],
-    run_theirs: Callable[..., torch.Tensor],
-    inputs: Sequence[torch.Tensor],
-) -> None:
-    """Same output, same input gradients and same parameter gradients (under our names).
-
-    `ours` must already hold the weights of `theirs` (load_from_torch).
-    """
-    ours_in = [x.detach().clone().requires_grad_() for x in inputs]
-    theirs_in = [x.detach().clone().requires_grad_() for x in inputs]
-    out_ours, out_theirs = run_ours(*ours_in), run_theirs(*theirs_in)
-    assert out_ours.shape == out_theirs.shape
-    assert out_ours.abs().max() > 0.1  # not a trivially zero output
-    torch.testing.assert_close(out_ours, out_theirs, **TOL)
-    # A random linear loss: the plain sum of a LayerNorm output has (almost) zero gradient.
-    weight = torch.randn_like(out_ours)
-    (out_ours * weight).sum().backward()
-    (out_theirs * weight).sum().backward()
-    for a, b in zip(ours_in, theirs_in, strict=True):
-        torch.testing.assert_close(a.grad, b.grad, **TOL)
-    expected = gradients_from_torch(ours, theirs)
-    params = _named_parameters(ours)
-    assert expected, "no parameters compared"
-    for name, grad in expected.items():
-        assert params[name].grad is not None, name
-        torch.testing.assert_close(params[name].grad, grad, **TOL, msg=name)
+pytestmark = pytest.mark.usefixtures("one_thread", "no_torch_fast_path")
 
 
 def _eval(module: nn.Module) -> nn.Module:

@@ -8,8 +8,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_layers import assert_matches_torch
 from torch import nn
+from torch_reference import assert_matches_torch
 
 from transformer_course.attention import MultiHeadAttention
 from transformer_course.interop import load_from_torch
@@ -22,22 +22,7 @@ B, T, S = 3, 5, 7
 PAD, BOS, EOS = 0, 1, 2
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one thread is many times faster than two threads on a busy 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(autouse=True)
-def no_torch_fast_path():
-    """torch's fused inference path is not what we compare against (see test_layers.py)."""
-    enabled = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)
-    yield
-    torch.backends.mha.set_fastpath_enabled(enabled)
+pytestmark = pytest.mark.usefixtures("one_thread", "no_torch_fast_path")
 
 
 def small_model(**kwargs) -> Transformer:

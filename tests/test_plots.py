@@ -19,12 +19,6 @@ SVG = "{http://www.w3.org/2000/svg}"
 TOKENS = ["The", "cat", "sat"]
 
 
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
-
 def weights(rows=3, cols=3, seed=0):
     return torch.softmax(torch.randn(rows, cols, generator=torch.Generator().manual_seed(seed)), -1)
 

@@ -201,6 +201,7 @@ def test_load_bert_weights_refuses_missing_misshapen_and_unknown_tensors():
         load_bert_weights(torch.nn.Linear(2, 2), state)
 
 
+@pytest.mark.slow  # imports Hugging Face transformers (about 45 s on a busy machine)
 def test_a_tiny_random_bert_from_transformers_equals_ours():
     """The mapping, independent of the pretrained files: random weights, padding, two layers."""
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from transformer_course.attention import MultiHeadAttention
+from transformer_course.attention import MultiHeadAttention, recording_attention
 from transformer_course.scoring import (
     SCORER_NAMES,
     AdditiveScore,
@@ -447,3 +447,85 @@ def test_scoring_cost_defaults_and_errors():
         scoring_cost("dot", 3, 0, 5)
     with pytest.raises(TypeError, match=r"^d_hidden: "):
         scoring_cost("additive", 3, 4, 5, 2.5)
+
+
+# ---------------------------------------------------------- masks and dropout on the scorer path
+
+
+def _masks(B: int, T: int, S: int) -> dict[str, torch.Tensor]:
+    from transformer_course.masks import causal_mask, combine_masks, padding_mask
+
+    padding = padding_mask([S, S - 2][:B], max_len=S)  # (B, 1, 1, S)
+    return {
+        "causal": causal_mask(T)[:, :S],
+        "padding": padding,
+        "causal and padding": combine_masks(causal_mask(T)[:, :S], padding),
+    }
+
+
+@pytest.mark.parametrize("mask_name", ["causal", "padding", "causal and padding"])
+@pytest.mark.parametrize("name", SCORER_NAMES)
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_every_scorer_gives_blocked_keys_zero_weight(name, mask_name, need_weights):
+    B, T, d_model, h = 2, 5, 8, 2
+    mask = _masks(B, T, T)[mask_name]
+    attention = MultiHeadAttention(d_model, h, score=make_scorer(name, d_model // h)).eval()
+    x = torch.randn(B, T, d_model)
+    with recording_attention(attention) as recorded:
+        _, weights = attention(x, x, x, mask=mask, need_weights=need_weights)
+    weights = recorded["self"] if weights is None else weights
+    blocked = ~mask.expand(B, h, T, T)
+    assert bool((weights[blocked] == 0).all()), f"{name} gives weight to blocked keys"
+    assert torch.allclose(weights.sum(-1), torch.ones(B, h, T))
+    # A query's output depends only on the keys it may see: change a blocked one, same output.
+    out, _ = attention(x, x, x, mask=mask)
+    y = x.clone()
+    y[:, -1] += 5.0  # the last position: blocked for every earlier query under the causal mask
+    out_y, _ = attention(y, y, y, mask=mask)
+    if mask_name != "padding":
+        assert torch.allclose(out[:, :-1], out_y[:, :-1], atol=1e-6)
+
+
+def test_scaled_dot_scorer_with_a_mask_equals_the_default_path():
+    B, T, d_model, h = 2, 5, 8, 2
+    default = MultiHeadAttention(d_model, h).eval()
+    scored = MultiHeadAttention(d_model, h, score=ScaledDotScore()).eval()
+    scored.load_state_dict(default.state_dict())
+    x = torch.randn(B, T, d_model)
+    for mask in _masks(B, T, T).values():
+        out_a, w_a = default(x, x, x, mask=mask)
+        out_b, w_b = scored(x, x, x, mask=mask)
+        torch.testing.assert_close(w_b, w_a)
+        torch.testing.assert_close(out_b, out_a)
+
+
+@pytest.mark.parametrize("name", SCORER_NAMES)
+def test_no_leak_in_a_transformer_with_any_scorer(name):
+    """Changing a later target token leaves the logits at earlier positions unchanged."""
+    from transformer_course.model import Transformer
+
+    model = Transformer(
+        13, 13, d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0, attn_score=name
+    ).eval()
+    src = torch.randint(1, 13, (2, 6))
+    tgt = torch.randint(1, 13, (2, 5))
+    changed = tgt.clone()
+    changed[:, 3] = (tgt[:, 3] % 12) + 1  # a different real token at position 3
+    before, after = model(src, tgt), model(src, changed)
+    torch.testing.assert_close(after[:, :3], before[:, :3])
+    assert not torch.allclose(after[:, 3:], before[:, 3:])  # the change is seen from 3 on
+
+
+@pytest.mark.parametrize("name", SCORER_NAMES)
+def test_dropout_on_the_scorer_path(name):
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(8, 2, dropout=0.5, score=make_scorer(name, 4))
+    x = torch.randn(2, 6, 8)
+    attention.train()
+    _, weights = attention(x, x, x)
+    kept = weights[weights != 0]
+    # Dropout zeroes some weights and scales the others by 1 / (1 - p).
+    assert 0 < kept.numel() < weights.numel()
+    attention.eval()
+    _, clean = attention(x, x, x)
+    torch.testing.assert_close(weights[weights != 0], 2 * clean[weights != 0])

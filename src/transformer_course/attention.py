@@ -3,6 +3,8 @@
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V          (Vaswani et al., 2017, eq. 1)
 
 Masks follow the package convention: boolean, True = may attend, broadcastable to (B, h, T, S).
+Arguments are checked once, at the public boundary (`_validation.checked`): the calls a checked
+call makes (MultiHeadAttention's to `scaled_dot_product_attention`) trust their caller.
 """
 
 from __future__ import annotations
@@ -16,43 +18,19 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._validation import (
-    check_device,
-    check_finite,
-    check_like_parameters,
-    check_mask,
+    check_attention,
+    check_attention_module,
+    check_masked_softmax,
+    check_merge_heads,
     check_positive_float,
     check_positive_int,
     check_probability,
-    check_same,
-    check_tensor,
+    check_split_heads,
+    checked,
 )
 
 
-def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        check_tensor(name, x, min_ndim=2, floating=True, finite=True)
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"k, v: expected the dtype of q ({q.dtype}), got {k.dtype} and {v.dtype}")
-    # Without this, q on the CPU and k on "meta" silently give a meta tensor back.
-    check_device("k", k, q.device, "q")
-    check_device("v", v, q.device, "q")
-    check_same("k", k.shape[-1], q.shape[-1], "last dimension (d_k) equal to q's")
-    check_same("v", v.shape[-2], k.shape[-2], "number of positions (S) equal to k's")
-    if q.shape[-2] == 0 or k.shape[-2] == 0:
-        raise ValueError(
-            f"q, k: expected non-empty sequences, got T={q.shape[-2]} and S={k.shape[-2]}"
-        )
-    if q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
-        return  # the usual case; torch.broadcast_shapes is slow Python, worth skipping
-    try:
-        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except RuntimeError:
-        raise ValueError(
-            "q, k, v: expected leading (batch, head) dimensions that broadcast, got "
-            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-        ) from None
-
-
+@checked(check_masked_softmax)
 def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
     """Softmax over the last axis that gives blocked keys exactly zero weight.
 
@@ -61,24 +39,15 @@ def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
     Shape:
         scores (..., T, S), mask broadcastable to it -> weights (..., T, S)
     """
-    check_tensor("scores", scores, min_ndim=2, floating=True, finite=True)
-    if mask is not None:
-        check_mask("mask", mask, scores.shape, scores.device)
-    return _masked_softmax(scores, mask)
-
-
-def _masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
-    # masked_softmax without its checks, for scaled_dot_product_attention: its inputs are checked
-    # already, and the finite check would read the largest tensor of attention once more.
     if mask is None:
         return torch.softmax(scores, dim=-1)
-    scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
     # A fully blocked row is all -inf, whose softmax is 0/0 = NaN: give it zero weight instead.
     anything_allowed = mask.any(dim=-1, keepdim=True)  # (..., T, 1)
     return weights.masked_fill(~anything_allowed, 0.0)
 
 
+@checked(check_attention)
 def scaled_dot_product_attention(
     q: Tensor,
     k: Tensor,
@@ -101,33 +70,18 @@ def scaled_dot_product_attention(
         output (..., T, d_v) and weights (..., T, S); the weights are the ones actually used,
         after dropout. Rows of weights sum to 1, or to 0 where every key is masked.
     """
-    _check_qkv(q, k, v)
-    dropout_p = check_probability("dropout_p", dropout_p)
-    d_k = q.shape[-1]
-    scale = 1.0 / math.sqrt(d_k) if scale is None else check_positive_float("scale", scale)
-    return _attention(q, k, v, mask, scale, dropout_p)
-
-
-def _attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, dropout_p: float
-) -> tuple[Tensor, Tensor]:
-    """The three steps of `scaled_dot_product_attention`, on q, k, v that are checked already.
-
-    MultiHeadAttention calls this directly: it checks its own inputs, and checking each of its
-    projections again would read three more tensors per call (about 2% of a forward at T=64).
-    """
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
     # Step 1: similarity of every query with every key, one matrix multiply.
     # Scaling q first is the same maths with T*d_k multiplications instead of T*S.
     scores = (q * scale) @ k.transpose(-2, -1)  # (..., T, S)
-    if mask is not None:
-        check_mask("mask", mask, scores.shape, scores.device)
     # Step 2: softmax over the keys turns scores into weights that sum to 1.
     if mask is None and not scores.requires_grad:
-        # Inference: nothing needs the scores again, so write the weights over them instead of
-        # allocating a second tensor of the largest size attention makes.
+        # Inference: nothing needs the scores again, so the weights overwrite them instead of
+        # filling a second tensor of the largest size attention makes (benchmarks/RESULTS.md).
         weights = torch.softmax(scores, dim=-1, out=scores)  # (..., T, S)
     else:
-        weights = _masked_softmax(scores, mask)  # (..., T, S)
+        weights = masked_softmax(scores, mask)  # (..., T, S)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     # Step 3: each output is the weighted average of the values.
@@ -135,6 +89,7 @@ def _attention(
     return output, weights
 
 
+@checked(check_split_heads)
 def split_heads(x: Tensor, n_heads: int) -> Tensor:
     """Cut the last axis into n_heads slices of d_k and move the heads next to the batch.
 
@@ -146,6 +101,7 @@ def split_heads(x: Tensor, n_heads: int) -> Tensor:
     return x.transpose(1, 2)  # (B, h, L, d_k)
 
 
+@checked(check_merge_heads)
 def merge_heads(x: Tensor) -> Tensor:
     """Undo `split_heads`: put the heads' outputs side by side again (the Concat of the paper).
 
@@ -208,26 +164,7 @@ class MultiHeadAttention(nn.Module):
         self.record_weights = False
         self.last_weights: Tensor | None = None
 
-    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
-        for name, x in (("query", query), ("key", key), ("value", value)):
-            check_tensor(name, x, ndim=3, floating=True)
-            check_same(name, x.shape[-1], self.d_model, "feature size d_model =")
-            if x.shape[1] == 0:
-                raise ValueError(
-                    f"{name}: expected a non-empty sequence, got shape {tuple(x.shape)}"
-                )
-            check_like_parameters(name, x, self.q_proj.weight)  # dtype and device
-        check_same("key", key.shape[0], query.shape[0], "batch size equal to query's")
-        check_same("value", value.shape[0], query.shape[0], "batch size equal to query's")
-        check_same("value", value.shape[1], key.shape[1], "length S equal to key's")
-        # NaN or inf in, NaN out everywhere: refuse it here. Self-attention passes one tensor
-        # three times, so each distinct tensor is checked once.
-        check_finite("query", query)
-        if key is not query:
-            check_finite("key", key)
-        if value is not key and value is not query:
-            check_finite("value", value)
-
+    @checked(check_attention_module)
     def forward(
         self,
         query: Tensor,
@@ -242,11 +179,6 @@ class MultiHeadAttention(nn.Module):
             query (B, T, d_model), key and value (B, S, d_model), mask broadcastable to (B, h, T, S)
             -> output (B, T, d_model), weights (B, h, T, S) or None when need_weights=False.
         """
-        self._check_inputs(query, key, value)
-        B, T, _ = query.shape
-        S = key.shape[1]
-        if mask is not None:
-            check_mask("mask", mask, (B, self.n_heads, T, S), query.device)
         q = split_heads(self.q_proj(query), self.n_heads)  # (B, h, T, d_k)
         k = split_heads(self.k_proj(key), self.n_heads)  # (B, h, S, d_k)
         v = split_heads(self.v_proj(value), self.n_heads)  # (B, h, S, d_k)
@@ -254,13 +186,12 @@ class MultiHeadAttention(nn.Module):
 
         weights: Tensor | None = None
         if self.score is not None:
-            scores = self.score(q, k)  # (B, h, T, S)
-            weights = masked_softmax(scores, mask)
+            weights = masked_softmax(self.score(q, k), mask)  # (B, h, T, S)
             if dropout_p > 0.0:
                 weights = F.dropout(weights, p=dropout_p)
             heads = weights @ v  # (B, h, T, d_k)
         elif need_weights or self.record_weights:
-            heads, weights = _attention(q, k, v, mask, self.scale, dropout_p)
+            heads, weights = scaled_dot_product_attention(q, k, v, mask, self.scale, dropout_p)
         else:
             # Fused kernel: same maths, never materialises the (B, h, T, S) weights in memory.
             heads = F.scaled_dot_product_attention(

@@ -21,18 +21,17 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._validation import (
-    check_choice,
-    check_finite,
-    check_like_parameters,
-    check_mask,
+    check_activation,
+    check_decoder_layer,
+    check_encoder_layer,
+    check_feed_forward,
     check_positive_float,
     check_positive_int,
     check_probability,
-    check_same,
-    check_tensor,
+    checked,
 )
 from .attention import MultiHeadAttention
-from .scoring import SCORER_NAMES, make_scorer
+from .scoring import resolve_scorer
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 
@@ -41,17 +40,6 @@ Steps = list[tuple[str, Tensor]]
 
 # Scorer argument of the layers: a name for `scoring.make_scorer`, or a factory d_k -> module.
 ScoreFactory = str | Callable[[int], nn.Module] | None
-
-
-def _resolve_activation(activation: object) -> Callable[[Tensor], Tensor]:
-    if isinstance(activation, str):
-        return ACTIVATIONS[check_choice("activation", activation, list(ACTIVATIONS))]
-    if callable(activation):
-        return activation
-    raise TypeError(
-        f"activation: expected one of {list(ACTIVATIONS)} or a callable, "
-        f"got {type(activation).__name__}"
-    )
 
 
 def make_attention(
@@ -78,20 +66,7 @@ def make_attention(
     attention = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias, scale=attn_scale)
     if attn_score is None:
         return attention
-    if isinstance(attn_score, str):
-        score = make_scorer(check_choice("attn_score", attn_score, SCORER_NAMES), attention.d_k)
-    elif callable(attn_score):
-        score = attn_score(attention.d_k)
-        if not isinstance(score, nn.Module):
-            raise TypeError(
-                "attn_score: expected a factory returning an nn.Module, "
-                f"got one returning {type(score).__name__}"
-            )
-    else:
-        raise TypeError(
-            "attn_score: expected None, a scorer name or a callable d_k -> module, "
-            f"got {type(attn_score).__name__}"
-        )
+    score = resolve_scorer(attn_score, attention.d_k)
     attention.score = score  # registered as a sub-module, so its weights train and save
     return attention
 
@@ -125,26 +100,13 @@ class FeedForward(nn.Module):
         check_positive_int("d_model", d_model)
         check_positive_int("d_ff", d_ff)
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # W_1: d_model -> d_ff
-        self.activation = _resolve_activation(activation)
+        self.activation = check_activation(activation, ACTIVATIONS)
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W_2: d_ff -> d_model
 
+    @checked(check_feed_forward)
     def forward(self, x: Tensor) -> Tensor:
-        check_tensor("x", x, min_ndim=1, floating=True)
-        check_same("x", x.shape[-1], self.linear1.in_features, "feature size d_model =")
-        check_like_parameters("x", x, self.linear1.weight)
-        check_finite("x", x)
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
-
-
-def _check_sequence(name: str, x: Tensor, d_model: int, weight: Tensor) -> None:
-    """Check a (B, L, d_model) layer input; errors name x, y or memory, not the query inside."""
-    check_tensor(name, x, ndim=3, floating=True)
-    check_same(name, x.shape[-1], d_model, "feature size d_model =")
-    if x.shape[1] == 0:
-        raise ValueError(f"{name}: expected a non-empty sequence, got shape {tuple(x.shape)}")
-    check_like_parameters(name, x, weight)  # dtype and device
-    check_finite(name, x)
 
 
 def _residual_steps(
@@ -169,7 +131,42 @@ def _residual_steps(
     return [(name, s), (f"add{i}", h), (f"norm{i}", norm(h))]
 
 
-class EncoderLayer(nn.Module):
+class _Layer(nn.Module):
+    """What both layers hold: their attention modules, then a feed-forward network, and one
+    LayerNorm and one dropout per sub-layer (norm1.., dropout1.., as torch names them)."""
+
+    attention_names: tuple[str, ...]
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        activation: str | Callable[[Tensor], Tensor] = "relu",
+        layer_norm_eps: float = 1e-5,
+        bias: bool = True,
+        attn_score: ScoreFactory = None,
+        attn_scale: float | None = None,
+    ):
+        super().__init__()
+        dropout = check_probability("dropout", dropout)
+        # nn.LayerNorm takes eps <= 0 and returns NaN on a constant row: refuse it here.
+        check_positive_float("layer_norm_eps", layer_norm_eps)
+        self.d_model = d_model
+        self.norm_first = bool(norm_first)
+        for name in self.attention_names:
+            attention = make_attention(d_model, n_heads, dropout, bias, attn_score, attn_scale)
+            setattr(self, name, attention)
+        self.ff = FeedForward(d_model, d_ff, dropout, activation, bias)
+        for i in range(1, len(self.attention_names) + 2):
+            setattr(self, f"norm{i}", nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias))
+        for i in range(1, len(self.attention_names) + 2):
+            setattr(self, f"dropout{i}", nn.Dropout(dropout))
+
+
+class EncoderLayer(_Layer):
     """Encoder layer: self-attention, then a feed-forward network, each with Add & Norm.
 
     Args:
@@ -187,37 +184,7 @@ class EncoderLayer(nn.Module):
         x (B, T, d_model), mask broadcastable to (B, n_heads, T, T) -> (B, T, d_model)
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        norm_first: bool = False,
-        activation: str | Callable[[Tensor], Tensor] = "relu",
-        layer_norm_eps: float = 1e-5,
-        bias: bool = True,
-        attn_score: ScoreFactory = None,
-        attn_scale: float | None = None,
-    ):
-        super().__init__()
-        dropout = check_probability("dropout", dropout)
-        # nn.LayerNorm takes eps <= 0 and returns NaN on a constant row: refuse it here.
-        check_positive_float("layer_norm_eps", layer_norm_eps)
-        self.d_model = d_model
-        self.norm_first = bool(norm_first)
-        self.self_attn = make_attention(d_model, n_heads, dropout, bias, attn_score, attn_scale)
-        self.ff = FeedForward(d_model, d_ff, dropout, activation, bias)
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-
-    def _check_inputs(self, x: Tensor, mask: Tensor | None) -> None:
-        _check_sequence("x", x, self.d_model, self.ff.linear1.weight)
-        if mask is not None:
-            B, T, _ = x.shape
-            check_mask("mask", mask, (B, self.self_attn.n_heads, T, T), x.device)
+    attention_names = ("self_attn",)
 
     def _sa_block(self, x: Tensor, mask: Tensor | None) -> Tensor:
         """Self-attention sub-layer: queries, keys and values all come from x."""
@@ -228,8 +195,8 @@ class EncoderLayer(nn.Module):
     def _ff_block(self, x: Tensor) -> Tensor:
         return self.dropout2(self.ff(x))
 
+    @checked(check_encoder_layer)
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        self._check_inputs(x, mask)
         if self.norm_first:
             # Pre-LN:  X' = X + MHA(LayerNorm(X)),  X_out = X' + FFN(LayerNorm(X'))
             x = x + self._sa_block(self.norm1(x), mask)
@@ -240,6 +207,7 @@ class EncoderLayer(nn.Module):
             x = self.norm2(x + self._ff_block(x))
         return x
 
+    @checked(check_encoder_layer)
     def forward_steps(self, x: Tensor, mask: Tensor | None = None) -> Steps:
         """The same computation as `forward`, returning every intermediate tensor in order.
 
@@ -247,7 +215,6 @@ class EncoderLayer(nn.Module):
         Names, pre-LN:  input, norm1, self_attn, add1, norm2, ff, add2.
         Each tensor is (B, T, d_model); the last one equals `forward(x, mask)`.
         """
-        self._check_inputs(x, mask)
         steps: Steps = [("input", x)]
         steps += _residual_steps(
             x, lambda h: self._sa_block(h, mask), self.norm1, self.norm_first, "self_attn", 1
@@ -256,7 +223,7 @@ class EncoderLayer(nn.Module):
         return steps
 
 
-class DecoderLayer(nn.Module):
+class DecoderLayer(_Layer):
     """Decoder layer: masked self-attention, cross-attention to the encoder output, feed-forward.
 
     Each of the three sub-layers has its own Add & Norm. In cross-attention the queries come
@@ -272,48 +239,7 @@ class DecoderLayer(nn.Module):
         -> (B, T, d_model)
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        norm_first: bool = False,
-        activation: str | Callable[[Tensor], Tensor] = "relu",
-        layer_norm_eps: float = 1e-5,
-        bias: bool = True,
-        attn_score: ScoreFactory = None,
-        attn_scale: float | None = None,
-    ):
-        super().__init__()
-        dropout = check_probability("dropout", dropout)
-        # nn.LayerNorm takes eps <= 0 and returns NaN on a constant row: refuse it here.
-        check_positive_float("layer_norm_eps", layer_norm_eps)
-        self.d_model = d_model
-        self.norm_first = bool(norm_first)
-        self.self_attn = make_attention(d_model, n_heads, dropout, bias, attn_score, attn_scale)
-        self.cross_attn = make_attention(d_model, n_heads, dropout, bias, attn_score, attn_scale)
-        self.ff = FeedForward(d_model, d_ff, dropout, activation, bias)
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm3 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-        self.dropout3 = nn.Dropout(dropout)
-
-    def _check_inputs(
-        self, y: Tensor, memory: Tensor, self_mask: Tensor | None, memory_mask: Tensor | None
-    ) -> None:
-        _check_sequence("y", y, self.d_model, self.ff.linear1.weight)
-        _check_sequence("memory", memory, self.d_model, self.ff.linear1.weight)
-        check_same("memory", memory.shape[0], y.shape[0], "batch size equal to y's")
-        B, T, _ = y.shape
-        S = memory.shape[1]
-        h = self.self_attn.n_heads
-        if self_mask is not None:
-            check_mask("self_mask", self_mask, (B, h, T, T), y.device)
-        if memory_mask is not None:
-            check_mask("memory_mask", memory_mask, (B, h, T, S), y.device)
+    attention_names = ("self_attn", "cross_attn")
 
     def _sa_block(self, y: Tensor, mask: Tensor | None) -> Tensor:
         """Masked self-attention sub-layer: the causal mask hides later target positions."""
@@ -328,6 +254,7 @@ class DecoderLayer(nn.Module):
     def _ff_block(self, y: Tensor) -> Tensor:
         return self.dropout3(self.ff(y))
 
+    @checked(check_decoder_layer)
     def forward(
         self,
         y: Tensor,
@@ -335,7 +262,6 @@ class DecoderLayer(nn.Module):
         self_mask: Tensor | None = None,
         memory_mask: Tensor | None = None,
     ) -> Tensor:
-        self._check_inputs(y, memory, self_mask, memory_mask)
         if self.norm_first:
             # Pre-LN:  Y'  = Y + MaskedMHA(LayerNorm(Y))
             #          Y'' = Y' + CrossMHA(LayerNorm(Y'), X_L)
@@ -352,6 +278,7 @@ class DecoderLayer(nn.Module):
             y = self.norm3(y + self._ff_block(y))
         return y
 
+    @checked(check_decoder_layer)
     def forward_steps(
         self,
         y: Tensor,
@@ -365,19 +292,12 @@ class DecoderLayer(nn.Module):
         Names, pre-LN:  input, norm1, self_attn, add1, norm2, cross_attn, add2, norm3, ff, add3.
         Each tensor is (B, T, d_model); the last one equals `forward(...)`.
         """
-        self._check_inputs(y, memory, self_mask, memory_mask)
         nf = self.norm_first
         steps: Steps = [("input", y)]
         steps += _residual_steps(
             y, lambda h: self._sa_block(h, self_mask), self.norm1, nf, "self_attn", 1
         )
-        steps += _residual_steps(
-            steps[-1][1],
-            lambda h: self._ca_block(h, memory, memory_mask),
-            self.norm2,
-            nf,
-            "cross_attn",
-            2,
-        )
+        cross = lambda h: self._ca_block(h, memory, memory_mask)  # noqa: E731
+        steps += _residual_steps(steps[-1][1], cross, self.norm2, nf, "cross_attn", 2)
         steps += _residual_steps(steps[-1][1], self._ff_block, self.norm3, nf, "ff", 3)
         return steps

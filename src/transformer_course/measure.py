@@ -16,9 +16,14 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from ._validation import check_positive_int
+from ._validation import check_positive_int, check_tensor
 
 # --------------------------------------------------------------------------- time
+
+
+def _check_callable(fn: object) -> None:
+    if not callable(fn):
+        raise TypeError(f"fn: expected a function of no arguments, got {type(fn).__name__}")
 
 
 @contextmanager
@@ -40,6 +45,7 @@ def best_time(fn: Callable[[], object], *, repeats: int = 5, min_time: float = 0
     seconds (it starts at 1, 2, 5, 10, ...). The minimum over batches is the estimate least
     disturbed by other programs on a shared machine.
     """
+    _check_callable(fn)
     check_positive_int("repeats", repeats)
     fn()  # warm-up: first-call allocations and lazy initialisation are not what we measure
     timer = timeit.Timer(fn)
@@ -119,6 +125,7 @@ class MemoryTracker(TorchDispatchMode):
 
 def peak_memory(fn: Callable[[], object]) -> int:
     """Peak bytes of the tensors `fn()` allocates (its result included), measured, without grad."""
+    _check_callable(fn)
     with torch.no_grad(), MemoryTracker() as tracker:
         result = fn()
     del result
@@ -130,6 +137,7 @@ def peak_memory(fn: Callable[[], object]) -> int:
 
 def entropy(weights: Tensor) -> Tensor:
     """Entropy in nats over the last axis (0 log 0 = 0): 0 = one key takes all, log S = uniform."""
+    check_tensor("weights", weights, min_ndim=1, floating=True)
     return torch.special.entr(weights).sum(dim=-1)
 
 

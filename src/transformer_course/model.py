@@ -16,7 +16,18 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from ._validation import check_device, check_mask, check_positive_int, check_same, check_tensor
+from ._validation import (
+    check_decode,
+    check_decoder,
+    check_encoder,
+    check_greedy_decode,
+    check_positive_int,
+    check_source,
+    check_target,
+    check_token_id,
+    check_transformer,
+    checked,
+)
 from .layers import DecoderLayer, EncoderLayer, ScoreFactory
 from .masks import causal_mask, combine_masks, token_padding_mask
 from .positional import PositionalEncoding
@@ -36,7 +47,7 @@ class _Stack(nn.Module):
     the last LayerNorm.
     """
 
-    layer_class: type[nn.Module]
+    layer_class: type[EncoderLayer | DecoderLayer]
 
     def __init__(
         self,
@@ -50,24 +61,15 @@ class _Stack(nn.Module):
         final_norm: bool = False,
         layer_norm_eps: float = 1e-5,
         bias: bool = True,
-        attn_score: ScoreFactory = None,
-        attn_scale: float | None = None,
+        **attention: object,  # attn_score, attn_scale: see layers.make_attention
     ):
         super().__init__()
         check_positive_int("n_layers", n_layers)
         self.d_model = d_model
+        options = dict(norm_first=norm_first, activation=activation, bias=bias, **attention)
         self.layers = nn.ModuleList(
             self.layer_class(
-                d_model,
-                n_heads,
-                d_ff,
-                dropout,
-                norm_first,
-                activation,
-                layer_norm_eps,
-                bias,
-                attn_score,
-                attn_scale,
+                d_model, n_heads, d_ff, dropout, layer_norm_eps=layer_norm_eps, **options
             )
             for _ in range(n_layers)
         )
@@ -89,10 +91,8 @@ class Encoder(_Stack):
 
     layer_class = EncoderLayer
 
+    @checked(check_encoder)
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        # Checked here too, so that errors name this call's arguments.
-        check_tensor("x", x, ndim=3, floating=True)
-        check_same("x", x.shape[-1], self.d_model, "feature size d_model =")
         for layer in self.layers:
             x = layer(x, mask)  # (B, S, d_model)
         if self.norm is not None:
@@ -110,6 +110,7 @@ class Decoder(_Stack):
 
     layer_class = DecoderLayer
 
+    @checked(check_decoder)
     def forward(
         self,
         y: Tensor,
@@ -117,8 +118,6 @@ class Decoder(_Stack):
         self_mask: Tensor | None = None,
         memory_mask: Tensor | None = None,
     ) -> Tensor:
-        check_tensor("y", y, ndim=3, floating=True)
-        check_same("y", y.shape[-1], self.d_model, "feature size d_model =")
         for layer in self.layers:
             y = layer(y, memory, self_mask, memory_mask)  # (B, T, d_model)
         if self.norm is not None:
@@ -175,25 +174,17 @@ class Transformer(nn.Module):
         self.tgt_vocab = check_positive_int("tgt_vocab", tgt_vocab)
         self.d_model = check_positive_int("d_model", d_model)
         self.max_len = check_positive_int("max_len", max_len)
-        if isinstance(pad_id, bool) or not isinstance(pad_id, int):
-            raise TypeError(f"pad_id: expected an int, got {type(pad_id).__name__}")
-        if not 0 <= pad_id < min(src_vocab, tgt_vocab):
-            raise ValueError(
-                f"pad_id: expected a token id in [0, {min(src_vocab, tgt_vocab)}), got {pad_id}"
-            )
-        self.pad_id = pad_id
+        self.pad_id = check_token_id("pad_id", pad_id, min(src_vocab, tgt_vocab))
         if share_embeddings and src_vocab != tgt_vocab:
             raise ValueError(
                 "share_embeddings: needs src_vocab == tgt_vocab, "
                 f"got src_vocab={src_vocab} and tgt_vocab={tgt_vocab}"
             )
         # Checked under their own names: Encoder and Decoder would call either one n_layers.
-        for name, value in (
-            ("n_encoder_layers", n_encoder_layers),
-            ("n_decoder_layers", n_decoder_layers),
-        ):
-            if value is not None:
-                check_positive_int(name, value)
+        if n_encoder_layers is not None:
+            check_positive_int("n_encoder_layers", n_encoder_layers)
+        if n_decoder_layers is not None:
+            check_positive_int("n_decoder_layers", n_decoder_layers)
         n_encoder_layers = n_layers if n_encoder_layers is None else n_encoder_layers
         n_decoder_layers = n_layers if n_decoder_layers is None else n_decoder_layers
         final_norm = norm_first if final_norm is None else final_norm
@@ -231,61 +222,42 @@ class Transformer(nn.Module):
             if p.dim() > 1 and not name.startswith("positional."):
                 nn.init.xavier_uniform_(p)
 
-    def _check_tokens(self, name: str, tokens: Tensor, vocab: int) -> None:
-        check_tensor(name, tokens, ndim=2)
-        if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
-            raise TypeError(f"{name}: expected integer token ids, got dtype {tokens.dtype}")
-        check_device(name, tokens, self.src_embed.weight.device, "the module's weights")
-        B, L = tokens.shape
-        if B == 0 or L == 0:
-            raise ValueError(f"{name}: expected a non-empty (B, length) tensor, got {(B, L)}")
-        if L > self.max_len:
-            raise ValueError(f"{name}: expected length <= max_len={self.max_len}, got {L}")
-        low, high = int(tokens.min()), int(tokens.max())
-        if low < 0 or high >= vocab:
-            raise ValueError(
-                f"{name}: expected token ids in [0, {vocab}), got values in [{low}, {high}]"
-            )
-
+    @checked(check_source)
     def source_mask(self, src: Tensor) -> Tensor:
         """Mask of the encoder self-attention and of cross-attention: no attending to padding.
 
         Shape:
             src (B, S) -> (B, 1, 1, S)
         """
-        self._check_tokens("src", src, self.src_vocab)
         return token_padding_mask(src, self.pad_id)  # (B, 1, 1, S)
 
+    @checked(check_target)
     def target_mask(self, tgt: Tensor) -> Tensor:
         """Mask of the decoder self-attention: causal (no peeking ahead) and no padding.
 
         Shape:
             tgt (B, T) -> (B, 1, T, T)
         """
-        self._check_tokens("tgt", tgt, self.tgt_vocab)
         T = tgt.shape[1]
         return combine_masks(
             causal_mask(T, device=tgt.device),  # (T, T)
             token_padding_mask(tgt, self.pad_id),  # (B, 1, 1, T)
         )  # (B, 1, T, T)
 
+    @checked(check_source)
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Encoder output ("memory") for source tokens; src_mask defaults to `source_mask(src)`.
 
         Shape:
             src (B, S) -> memory (B, S, d_model)
         """
-        self._check_tokens("src", src, self.src_vocab)
         if src_mask is None:
             src_mask = self.source_mask(src)
-        else:  # checked here, or the encoder layers' error would call it "mask"
-            B, S = src.shape
-            n_heads = self.encoder.layers[0].self_attn.n_heads
-            check_mask("src_mask", src_mask, (B, n_heads, S, S), src.device)
         # Scaled by sqrt(d_model) (paper, section 3.4) so the embeddings are not dwarfed by PE.
         x = self.positional(self.src_embed(src) * math.sqrt(self.d_model))  # (B, S, d_model)
         return self.encoder(x, src_mask)  # (B, S, d_model)
 
+    @checked(check_decode)
     def decode(self, tgt: Tensor, memory: Tensor, memory_mask: Tensor | None = None) -> Tensor:
         """Next-token logits at every target position, given the encoder output.
 
@@ -298,13 +270,11 @@ class Transformer(nn.Module):
         Shape:
             -> logits (B, T, tgt_vocab); position t depends only on tgt[:, :t+1].
         """
-        self._check_tokens("tgt", tgt, self.tgt_vocab)
-        check_tensor("memory", memory, ndim=3, floating=True)
-        check_same("memory", memory.shape[0], tgt.shape[0], "batch size equal to tgt's")
         y = self.positional(self.tgt_embed(tgt) * math.sqrt(self.d_model))  # (B, T, d_model)
         y = self.decoder(y, memory, self.target_mask(tgt), memory_mask)  # (B, T, d_model)
         return self.lm_head(y)  # (B, T, tgt_vocab)
 
+    @checked(check_transformer)
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         """Teacher forcing: logits for every target position in one pass.
 
@@ -312,13 +282,11 @@ class Transformer(nn.Module):
             src (B, S), tgt (B, T) -> logits (B, T, tgt_vocab)
         """
         src_mask = self.source_mask(src)  # (B, 1, 1, S)
-        self._check_tokens("tgt", tgt, self.tgt_vocab)
-        # Else a batch mismatch is reported by decode() as one of "memory", not an argument here.
-        check_same("tgt", tgt.shape[0], src.shape[0], "batch size equal to src's")
         memory = self.encode(src, src_mask)  # (B, S, d_model)
         return self.decode(tgt, memory, src_mask)  # (B, T, tgt_vocab)
 
 
+@checked(check_greedy_decode)
 def greedy_decode(
     model: Transformer, src: Tensor, max_len: int, bos_id: int, eos_id: int
 ) -> Tensor:
@@ -339,22 +307,6 @@ def greedy_decode(
         LongTensor (B, L) with L <= max_len + 1; column 0 is BOS, so the generated
         tokens are `out[:, 1:]`.
     """
-    if not isinstance(model, Transformer):
-        raise TypeError(f"model: expected a Transformer, got {type(model).__name__}")
-    check_positive_int("max_len", max_len)
-    if max_len + 1 > model.max_len:
-        raise ValueError(
-            f"max_len: expected at most model.max_len - 1 = {model.max_len - 1} "
-            f"(BOS takes a position), got {max_len}"
-        )
-    for name, token in (("bos_id", bos_id), ("eos_id", eos_id)):
-        if isinstance(token, bool) or not isinstance(token, int):
-            raise TypeError(f"{name}: expected an int, got {type(token).__name__}")
-        if not 0 <= token < model.tgt_vocab:
-            raise ValueError(f"{name}: expected a token id in [0, {model.tgt_vocab}), got {token}")
-    if bos_id == model.pad_id:
-        raise ValueError(f"bos_id: must differ from model.pad_id={model.pad_id}, got {bos_id}")
-
     was_training = model.training
     model.eval()
     try:

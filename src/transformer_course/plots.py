@@ -135,12 +135,13 @@ def _text_width(text: str, font_size: float) -> float:
     return 0.6 * font_size * len(text)
 
 
-def _svg_open(width: float, height: float, label: str) -> str:
+def _svg(width: float, height: float, label: str, body: Sequence[str]) -> str:
+    """The <svg> element around `body`, sized, labelled for screen readers and in our font."""
     label = _attr(label)
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{_num(width)}" height="{_num(height)}" '
         f'viewBox="0 0 {_num(width)} {_num(height)}" role="img" aria-label="{label}" '
-        f'font-family="{FONT}"><title>{label}</title>'
+        f'font-family="{FONT}"><title>{label}</title>' + "".join(body) + "</svg>"
     )
 
 
@@ -217,7 +218,7 @@ def svg_heatmap(
         f"{title or 'Heatmap'}: {rows} by {cols} matrix, rows are {row_axis} "
         f"({', '.join(row_labels)}), columns are {col_axis}"
     )
-    out = [_svg_open(width, height, label)]
+    out: list[str] = []
     if title:
         out.append(
             f'<text x="{_num(left)}" y="15" font-size="13" font-weight="bold" fill="{DARK}">'
@@ -289,8 +290,7 @@ def svg_heatmap(
             f'<rect x="{_num(x + 1)}" y="{_num(top + 1)}" width="{cell - 2}" '
             f'height="{_num(h - 2)}" fill="none" stroke="#fff" stroke-width="1.5"/>'
         )
-    out.append("</svg>")
-    return "".join(out)
+    return _svg(width, height, label, out)
 
 
 def svg_bars(
@@ -339,7 +339,7 @@ def svg_bars(
         f"{title or 'Bar chart'}: "
         + ", ".join(f"{t} {_format(x, decimals)}" for t, x in zip(labels, v, strict=True))
     )
-    out = [_svg_open(width, height, label)]
+    out: list[str] = []
     if title:
         out.append(
             f'<text x="{_num(left)}" y="15" font-size="13" font-weight="bold" fill="{DARK}">'
@@ -363,8 +363,8 @@ def svg_bars(
             f'<text x="{_num(left + length + 4)}" y="{_num(y + row_height * 0.5 + 4)}">'
             f"{_format(x, decimals)}</text>"
         )
-    out.append("</g></svg>")
-    return "".join(out)
+    out.append("</g>")
+    return _svg(width, height, label, out)
 
 
 def svg_line(
@@ -419,7 +419,7 @@ def svg_line(
         return top + plot_h * (1 - (min(max(value, lo), hi) - lo) / (hi - lo))
 
     label = description or f"{title or 'Line chart'}: {ylabel} against {xlabel}"
-    out = [_svg_open(width, height, label)]
+    out: list[str] = []
     if title:
         out.append(
             f'<text x="{left}" y="15" font-size="13" font-weight="bold" fill="{DARK}">'
@@ -451,8 +451,7 @@ def svg_line(
             f'<text x="{_num(min(cx + 7, width - 40))}" y="{_num(max(cy - 7, top + 8))}" '
             f'font-size="10" fill="{DARK}">{_format(ys[marker], decimals)}</text>'
         )
-    out.append("</svg>")
-    return "".join(out)
+    return _svg(width, height, label, out)
 
 
 # Colours of 2-D vector diagrams, in order: tableau-colorblind10 without its lightest greys.
@@ -520,7 +519,7 @@ def svg_vectors(
             f"{t} ({_format(x, 2)}, {_format(y, 2)})" for t, (x, y) in zip(labels, v, strict=True)
         )
     )
-    out = [_svg_open(width, height, label)]
+    out: list[str] = []
     if title:
         out.append(
             f'<text x="{pad}" y="15" font-size="13" font-weight="bold" fill="{DARK}">'
@@ -573,8 +572,7 @@ def svg_vectors(
             f'<text x="{_num(lx)}" y="{_num(ly)}" font-size="12" fill="{ink}" '
             f'text-anchor="{anchor}"{bold}>{escape(text)}</text>'
         )
-    out.append("</svg>")
-    return "".join(out)
+    return _svg(width, height, label, out)
 
 
 def _caption(title: str | None) -> str:

@@ -24,6 +24,7 @@ from ._validation import (
     check_probability,
     check_same,
     check_tensor,
+    checked,
 )
 
 LAYOUTS = ("interleaved", "concatenated")
@@ -182,18 +183,21 @@ class PositionalEncoding(nn.Module):
             return self.embedding.weight[:length]  # (length, d_model)
         return self.pe[:length]  # (length, d_model)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x (B, T, d_model) -> dropout(x + PE[:T]), same shape and dtype as x."""
+    def _check_inputs(self, x: Tensor) -> None:
         check_tensor("x", x, ndim=3, floating=True, finite=True)
         check_same("x", x.shape[-1], self.d_model, "feature size d_model =")
         table = self.embedding.weight if self.learned else self.pe
         check_device("x", x, table.device, "the module's position table")
-        T = x.shape[1]
-        if T > self.max_len:
+        if x.shape[1] > self.max_len:
             raise ValueError(
                 f"x: expected a sequence length T <= max_len={self.max_len}, "
                 f"got shape {tuple(x.shape)}"
             )
+
+    @checked(_check_inputs)
+    def forward(self, x: Tensor) -> Tensor:
+        """x (B, T, d_model) -> dropout(x + PE[:T]), same shape and dtype as x."""
+        T = x.shape[1]
         pe = self.encoding(T) if T > 0 else x.new_zeros(0, self.d_model)  # (T, d_model)
         # Cast so the output keeps the input's dtype (a float32 table would promote float16 input).
         return self.dropout(x + pe.to(x.dtype))  # (B, T, d_model), PE broadcast over the batch

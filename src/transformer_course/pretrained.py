@@ -237,7 +237,7 @@ class SentenceEncoder(nn.Module):
             -> (B, T, d_model)
         """
         if mask is None:
-            mask = token_mask(tokens, self.config.pad_id)
+            mask = token_padding_mask(tokens, self.config.pad_id)
         x = self.embeddings(tokens, segments)  # (B, T, d_model)
         return self.encoder(x, mask)  # (B, T, d_model)
 
@@ -248,17 +248,8 @@ class SentenceEncoder(nn.Module):
             tokens (B, T), mask (B, 1, 1, T) -> (B, d_model), rows of length 1
         """
         if mask is None:
-            mask = token_mask(tokens, self.config.pad_id)
+            mask = token_padding_mask(tokens, self.config.pad_id)
         return l2_normalise(mean_pool(self(tokens, mask), mask))
-
-
-def token_mask(tokens: Tensor, pad_id: int) -> Tensor:
-    """Padding mask from token ids: True at the real tokens, False at [PAD].
-
-    Shape:
-        tokens (B, T) -> (B, 1, 1, T)
-    """
-    return token_padding_mask(tokens, pad_id)  # (B, 1, 1, T)
 
 
 def from_attention_mask(attention_mask: Tensor) -> Tensor:

@@ -18,6 +18,7 @@ materialises a (T, S, d_hidden) tensor. `scoring_cost` gives the numbers for cha
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -26,46 +27,14 @@ from torch import Tensor, nn
 
 from ._validation import (
     check_choice,
-    check_device,
+    check_like_parameters,
     check_positive_float,
     check_positive_int,
-    check_same,
-    check_tensor,
+    check_query_key,
+    checked,
 )
 
 SCORER_NAMES = ("dot", "scaled_dot", "additive", "cosine", "bilinear")
-
-
-def _check_qk(q: Tensor, k: Tensor, d_q: int | None = None, d_k: int | None = None) -> None:
-    """Check a (query, key) pair; with d_q/d_k None, q and k must share their last dimension."""
-    check_tensor("q", q, min_ndim=2, floating=True, finite=True)
-    check_tensor("k", k, min_ndim=2, floating=True, finite=True)
-    if k.dtype != q.dtype:
-        raise TypeError(f"k: expected the dtype of q ({q.dtype}), got {k.dtype}")
-    check_device("k", k, q.device, "q")  # else q on the CPU, k on "meta" gives meta scores
-    if d_q is None:
-        check_same("k", k.shape[-1], q.shape[-1], "last dimension (d) equal to q's")
-    else:
-        check_same("q", q.shape[-1], d_q, "last dimension d_q =")
-        check_same("k", k.shape[-1], d_k, "last dimension d_k =")
-    try:
-        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
-    except RuntimeError:
-        raise ValueError(
-            "k: expected leading (batch, head) dimensions that broadcast with q's, got "
-            f"q {tuple(q.shape)} and k {tuple(k.shape)}"
-        ) from None
-
-
-def _check_param_dtype(name: str, x: Tensor, weight: Tensor) -> None:
-    # A float64 input into a float32 module fails deep inside matmul; say what to do instead.
-    if x.dtype != weight.dtype:
-        raise TypeError(
-            f"{name}: expected the dtype of the module's parameters ({weight.dtype}), "
-            f"got {x.dtype}; "
-            "convert the module with .to(dtype) or the input with .to(weight dtype)"
-        )
-    check_device(name, x, weight.device, "the module's parameters")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,28 +42,42 @@ def _check_param_dtype(name: str, x: Tensor, weight: Tensor) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+@checked(check_query_key)
 def dot_score(q: Tensor, k: Tensor) -> Tensor:
     """Dot product of every query with every key: q k^T, one matrix multiply.
 
     Shape:
         q (..., T, d), k (..., S, d) -> scores (..., T, S)
     """
-    _check_qk(q, k)
     return q @ k.transpose(-2, -1)  # (..., T, S)
 
 
+def _check_scaled_dot(q: Tensor, k: Tensor, scale: float | None = None) -> None:
+    check_query_key(q, k)
+    if scale is not None:
+        check_positive_float("scale", scale)
+
+
+@checked(_check_scaled_dot)
 def scaled_dot_score(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
     """Scaled dot product q k^T * scale, by default scale = 1 / sqrt(d) (chapter 8 says why).
 
     Shape:
         q (..., T, d), k (..., S, d) -> scores (..., T, S)
     """
-    _check_qk(q, k)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_positive_float("scale", scale)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
     # Scaling q first: the same maths with T*d multiplications instead of T*S (as attention.py).
     return (q * scale) @ k.transpose(-2, -1)  # (..., T, S)
 
 
+def _check_cosine(q: Tensor, k: Tensor, temperature: float = 0.1, eps: float = 1e-8) -> None:
+    check_query_key(q, k)
+    check_positive_float("temperature", temperature)
+    check_positive_float("eps", eps)
+
+
+@checked(_check_cosine)
 def cosine_score(q: Tensor, k: Tensor, temperature: float = 0.1, eps: float = 1e-8) -> Tensor:
     """Cosine similarity of every query with every key, divided by a temperature.
 
@@ -105,9 +88,6 @@ def cosine_score(q: Tensor, k: Tensor, temperature: float = 0.1, eps: float = 1e
     Shape:
         q (..., T, d), k (..., S, d) -> scores (..., T, S)
     """
-    _check_qk(q, k)
-    temperature = check_positive_float("temperature", temperature)
-    eps = check_positive_float("eps", eps)
     q_unit = F.normalize(q, dim=-1, eps=eps)  # (..., T, d), rows of length 1
     k_unit = F.normalize(k, dim=-1, eps=eps)  # (..., S, d)
     return (q_unit @ k_unit.transpose(-2, -1)) / temperature  # (..., T, S)
@@ -189,9 +169,12 @@ class AdditiveScore(Scorer):
         self.w_k = nn.Linear(d_k, d_hidden, bias=False)
         self.v = nn.Linear(d_hidden, 1, bias=False)
 
+    def _check_inputs(self, q: Tensor, k: Tensor) -> None:
+        check_query_key(q, k, self.d_q, self.d_k)
+        check_like_parameters("q", q, self.w_q.weight)
+
+    @checked(_check_inputs)
     def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        _check_qk(q, k, self.d_q, self.d_k)
-        _check_param_dtype("q", q, self.w_q.weight)
         hq = self.w_q(q)  # (..., T, d_hidden), once per query
         hk = self.w_k(k)  # (..., S, d_hidden), once per key
         # Every (t, s) pair gets its own hidden vector: this is the memory-hungry tensor.
@@ -216,9 +199,12 @@ class BilinearScore(Scorer):
         self.d_k = check_positive_int("d_k", d_k)
         self.weight = nn.Parameter(torch.randn(d_q, d_k) / math.sqrt(d_q * d_k))
 
+    def _check_inputs(self, q: Tensor, k: Tensor) -> None:
+        check_query_key(q, k, self.d_q, self.d_k)
+        check_like_parameters("q", q, self.weight)
+
+    @checked(_check_inputs)
     def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        _check_qk(q, k, self.d_q, self.d_k)
-        _check_param_dtype("q", q, self.weight)
         return (q @ self.weight) @ k.transpose(-2, -1)  # (..., T, d_k) -> (..., T, S)
 
     def extra_repr(self) -> str:
@@ -248,6 +234,25 @@ def make_scorer(
         return BilinearScore(d_k, d_k)
     d_hidden = d_k if d_hidden is None else check_positive_int("d_hidden", d_hidden)
     return AdditiveScore(d_k, d_k, d_hidden)
+
+
+def resolve_scorer(attn_score: str | Callable[[int], nn.Module], d_k: int) -> nn.Module:
+    """The scorer that `attn_score` names (see `make_scorer`), or that the factory
+    `attn_score(d_k)` returns, for queries and keys of size d_k (the `attn_score` of the layers)."""
+    if isinstance(attn_score, str):
+        return make_scorer(check_choice("attn_score", attn_score, SCORER_NAMES), d_k)
+    if not callable(attn_score):
+        raise TypeError(
+            "attn_score: expected None, a scorer name or a callable d_k -> module, "
+            f"got {type(attn_score).__name__}"
+        )
+    score = attn_score(d_k)
+    if not isinstance(score, nn.Module):
+        raise TypeError(
+            "attn_score: expected a factory returning an nn.Module, "
+            f"got one returning {type(score).__name__}"
+        )
+    return score
 
 
 # ---------------------------------------------------------------------------------------------
