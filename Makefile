@@ -156,6 +156,7 @@ lab: $(VENV_STAMP) ## JupyterLab on notebooks/
 # The install cell first (it follows repository.url in _config.yml), then every cell is executed.
 notebooks: $(VENV_STAMP) ## re-execute every notebook in place (REMEASURE=1 re-takes the timings)
 	$(PY) tools/stamp_install_cell.py
+	$(PY) tools/place_diagrams.py
 	$(PY) tools/execute_notebooks.py $(if $(REMEASURE),--remeasure)
 
 serve: ## serve _build/html on http://127.0.0.1:8000/

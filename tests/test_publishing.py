@@ -644,6 +644,18 @@ def test_binder_installs_the_cpu_build_of_torch_and_the_root_requirements():
     assert not problems, "binder/requirements.txt:\n" + "\n".join(problems)
 
 
+def test_reader_instructions_name_the_pinned_torch():
+    # The install instructions readers copy (README, the book's pages) must not drift from the pin.
+    pages = [ROOT / "README.md", *sorted((ROOT / "book").glob("*.md"))]
+    named = {
+        (page.name, version)
+        for page in pages
+        for version in re.findall(r"torch==([0-9][^\s\"'+]*)", page.read_text(encoding="utf-8"))
+    }
+    assert named, "no page names the torch version to install"
+    assert {v for _, v in named} == {torch_pin()}, sorted(named)
+
+
 def test_binder_uses_the_same_python():
     # With a binder/ folder, repo2docker ignores the root runtime.txt.
     assert (ROOT / "binder" / "runtime.txt").read_text().strip() == (
