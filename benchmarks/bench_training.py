@@ -4,7 +4,8 @@ copy task configuration for comparison.
 Both runs use the package's own loop, `transformer_course.training.train`, unchanged. The held-out
 evaluation (`exact_match` with greedy decoding on `held_out_set`) runs every few steps from inside
 the loss function passed to `train`, and its time is subtracted from the training time; for
-chapter 9 the run stops at the first evaluation that reaches the target.
+chapter 9 (its own configuration, `TrainConfig.fast()`, over three seeds) each run stops at the
+first evaluation that reaches the target.
 
 Run alone: python benchmarks/bench_training.py [--smoke] [--threads N]
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from common import Section, Target, script_main, table
@@ -31,16 +32,18 @@ from transformer_course.training import (
     train,
 )
 
-TARGET_SECONDS = 60.0
+TARGET_SECONDS = 30.0
 # Parameters of the Annotated Transformer's make_model(11, 11, N=2) (d_model 512, d_ff 2048,
 # h 8): per layer, attention 4 (512^2 + 512), feed-forward 2 * 512 * 2048 + 2048 + 512, LayerNorms
 # 2 * 512 each; plus the final norms, two 11 x 512 embeddings and the 512 -> 11 generator.
 ANNOTATED_PARAMETERS = 14_731_787
 
-# Chapter 9: the package defaults. Copy task: the Annotated Transformer's configuration
-# (vocabulary 11, length 10, 2 layers, batch 80, 20 batches x 20 epochs), chapter 9's model size.
+# Chapter 9: its own configuration, seeds 0-2 (the spread matters as much as one time). Copy task:
+# the Annotated Transformer's configuration (vocabulary 11, length 10, 2 layers, batch 80,
+# 20 batches x 20 epochs), chapter 9's model size, the package's default schedule.
+SEEDS = (0, 1, 2)
 FULL = {
-    "chapter9": (DigitTask(), TrainConfig(), 100),
+    "chapter9": (DigitTask(), TrainConfig.fast(), 50),
     "copy": (
         DigitTask(rule="copy", min_len=10, max_len=10, n_digits=8),
         TrainConfig(n_layers=2, batch_size=80, steps=20 * 20),
@@ -147,11 +150,16 @@ def run(smoke: bool = False, threads: int | None = None) -> Section:
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])  # pay it here, not in the runs
     rows = []
     runs = {}
-    for key, label in (("chapter9", "chapter 9: digit reversal"), ("copy", "copy task")):
+    jobs = [
+        ("chapter9", seed, f"chapter 9: digit reversal, seed {seed}")
+        for seed in SEEDS[: 1 if smoke else None]
+    ]
+    for key, seed, label in [*jobs, ("copy", 0, "copy task")]:
         task, config, every = cfg[key]
+        config = replace(config, seed=seed)
         stop_at = TARGET_ACCURACY if key == "chapter9" else None
         result = train_with_evaluations(task, config, every, stop_at)
-        runs[key] = result
+        runs[key, seed] = result
         first = result.first_at(TARGET_ACCURACY)
         final_step, final_accuracy, _ = result.history[-1]
         per_step = result.train_seconds / max(1, result.steps_done)
@@ -193,26 +201,29 @@ def run(smoke: bool = False, threads: int | None = None) -> Section:
             align="lrrrrrrrrrrrr",
         )
     )
-    for key, label in (("chapter9", "chapter 9"), ("copy", "copy task")):
-        history = runs[key].history
+    for (key, seed), result in runs.items():
+        label = f"chapter 9 (seed {seed})" if key == "chapter9" else "copy task"
+        history = result.history
         section.add(
             f"Held-out exact match during the {label} run (step: accuracy): "
             + ", ".join(f"{step}: {acc:.1%}" for step, acc, _ in history)
             + ".",
             "",
         )
-    chapter9 = runs["chapter9"]
-    first = chapter9.first_at(TARGET_ACCURACY)
-    met = None if smoke else (first is not None and first[2] <= TARGET_SECONDS)
-    reached_instead = (
-        f"{chapter9.history[-1][1]:.1%} after {chapter9.steps_done} steps, "
-        f"{chapter9.train_seconds:.1f} s"
-    )
+    chapter9 = [result for (key, _), result in runs.items() if key == "chapter9"]
+    firsts = [result.first_at(TARGET_ACCURACY) for result in chapter9]
+    reached = [first[2] for first in firsts if first is not None]
+    met = None if smoke else (len(reached) == len(chapter9) and max(reached) <= TARGET_SECONDS)
+    if len(reached) == len(chapter9):
+        measured = f"{min(reached):.1f}-{max(reached):.1f} s training over {len(reached)} seed(s)"
+    else:
+        missed = chapter9[firsts.index(None)]
+        measured = f"not reached: {missed.history[-1][1]:.1%} after {missed.steps_done} steps"
     section.targets.append(
         Target(
             f"chapter 9's task to {TARGET_ACCURACY:.0%} exact match ({n_threads} thread(s))",
-            f"{first[2]:.1f} s training" if first else f"not reached: {reached_instead}",
-            f"<= {TARGET_SECONDS:.0f} s on 2 cores",
+            measured,
+            f"<= {TARGET_SECONDS:.0f} s on 2 cores, every seed",
             met,
         )
     )
@@ -223,18 +234,21 @@ def run(smoke: bool = False, threads: int | None = None) -> Section:
         "",
     )
     steps_total = cfg["chapter9"][1].steps
-    copy_parameters = runs["copy"].parameters
+    copy_parameters = runs["copy", 0].parameters
+    steps_done = sum(result.steps_done for result in chapter9)
+    seconds = sum(result.train_seconds for result in chapter9)
     section.notes.append(
         f"Chapter 9's configuration schedules {steps_total} steps (the learning rate decays to "
         "zero at the last one); the run above stops as soon as an evaluation reaches the "
         "target. The whole schedule would take about "
-        f"{steps_total * chapter9.train_seconds / max(1, chapter9.steps_done):.0f} s at the "
+        f"{steps_total * seconds / max(1, steps_done):.0f} s at the "
         "measured speed."
     )
     section.notes.append(
         "The copy task copies the configuration of the Annotated Transformer's first example "
         "(vocabulary 11, sequences of 10 symbols, 2 layers, batch 80, 20 batches x 20 epochs "
-        "= 400 steps, each batch freshly drawn) with chapter 9's model size and schedule. "
+        "= 400 steps, each batch freshly drawn) with chapter 9's model size and the package's "
+        "default schedule. "
         f"Their model, make_model(11, 11, N=2), has d_model 512, d_ff 2048, 8 heads and "
         f"{ANNOTATED_PARAMETERS:,} parameters, {ANNOTATED_PARAMETERS / copy_parameters:.0f} "
         "times the model here, and about as many times the arithmetic per step. The tokens "

@@ -219,6 +219,15 @@ def test_learning_rate_schedule():
     assert rates[-1] < 1e-7
 
 
+def test_fast_config_changes_only_the_schedule():
+    fast, default = TrainConfig.fast(), TrainConfig()
+    differ = {k for k, v in asdict(fast).items() if asdict(default)[k] != v}
+    assert differ == {"steps", "lr", "warmup"}  # same model, batches and seed as the defaults
+    assert fast.steps < default.steps and fast.lr > default.lr
+    assert TrainConfig.fast(seed=3, steps=10).seed == 3 and TrainConfig.fast(steps=10).steps == 10
+    assert (default.steps, default.lr, default.warmup) == (1500, 1e-3, 100)  # the checkpoint's
+
+
 def test_progress_text_prints_a_plain_bar(capsys):
     task = DigitTask()
     config = TrainConfig(**TINY, steps=3)
@@ -348,7 +357,7 @@ def test_save_load_round_trip(tmp_path):
 def test_shipped_checkpoint_loads_and_still_scores():
     model, task, config = load_trained_model()
     assert isinstance(model, Transformer) and not model.training
-    assert task == DigitTask() and isinstance(config, TrainConfig)
+    assert task == DigitTask() and asdict(config) == asdict(TrainConfig())  # the defaults made it
     src, tgt = held_out_set(task, config)
     accuracy = exact_match(model, src[:300], tgt[:300])
     assert accuracy >= training.TARGET_ACCURACY

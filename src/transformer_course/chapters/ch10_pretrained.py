@@ -1,22 +1,16 @@
-"""Appendix (chapter 10), a real pretrained encoder: data, head scores, figures, widgets, checkers.
+"""Appendix (chapter 10), a real pretrained encoder: sentences, head scores, figures, widgets,
+exercise checkers.
 
-all-MiniLM-L6-v2 runs on the package's own `Encoder` (see `transformer_course.pretrained`); this
-module holds what the appendix shows with it: the equality with sentence-transformers, the
-attention of all 6 x 12 heads, scores that find heads with a recognisable job, sentence
-similarity, and the exercise checkers.
-
-Heads are named as in the figures, counting from 1: "L1 H3" is layer 1, head 3 (index [0, 2]).
-
-Reading order: the model and the sentences, the equality check, head scores, figures and widgets,
-similarity, pitfalls, exercises.
+all-MiniLM-L6-v2 runs on the package's own `Encoder` (see `transformer_course.pretrained`); the
+notebook writes out the equality checks, the pitfalls and two of the scores. This module
+holds the sentences, the scores of all 6 x 12 heads that the figures and widgets show, and the
+checkers. Heads are named as in the figures, from 1: "L1 H3" is layer 1, head 3 (index [0, 2]).
 """
 
 from __future__ import annotations
 
 import functools
-import math
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -34,7 +28,6 @@ from ..pretrained import (
     load_minilm,
     load_tokenizer,
     mean_pool,
-    reference_outputs,
 )
 from ..widgets import Explorer, dropdown, slider
 
@@ -59,9 +52,8 @@ STUDY_SENTENCES = (
     "We saw a bird, and the bird saw us.",
     "Rain is expected in the north by the end of the week.",
 )
-# The sentences of the pattern explorer (the first four of the study).
-EXPLORER_SENTENCES = STUDY_SENTENCES[:4]
-SENTENCE_WIDTH = "420px"  # the drop-down shows the longest of them in full
+EXPLORER_SENTENCES = STUDY_SENTENCES[:4]  # the pattern explorer's
+SENTENCE_WIDTH = "420px"  # the explorer's drop-down shows the longest of them in full
 
 
 @functools.cache
@@ -75,41 +67,21 @@ def head_name(layer: int, head: int) -> str:
     return f"L{layer + 1} H{head + 1}"
 
 
-# --------------------------------------------------------------------------- equality
-
-
-def max_differences(
-    model: SentenceEncoder, tokenizer, reference, sentences: Sequence[str] = EQUALITY_SENTENCES
-) -> dict[str, float]:
-    """Largest absolute differences between ours and sentence-transformers on one padded batch.
-
-    Returns:
-        {"token states": over every position, padding included,
-         "token states (real tokens)": over the real tokens only,
-         "sentence embeddings": of the pooled, normalised embeddings}
-    """
-    batch, states, embeddings = encode(model, tokenizer, sentences)
-    theirs = reference_outputs(reference, batch)
-    real = batch.mask[:, 0, 0, :]  # (B, T) True at real tokens
-    return {
-        "token states": float((states - theirs["states"]).abs().max()),
-        "token states (real tokens)": float((states - theirs["states"])[real].abs().max()),
-        "sentence embeddings": float((embeddings - theirs["embeddings"]).abs().max()),
-    }
-
-
 # --------------------------------------------------------------------------- head scores
 
-# What each score measures: the average weight a query puts on ...
+# Each score is the average weight a query puts on ... ("same word": over the queries whose word
+# repeats, the weight on the word's other copies).
 PATTERNS = {
-    "previous token": "the token just before it (offset -1)",
-    "next token": "the token just after it (offset +1)",
+    "previous token": "the previous token (offset -1)",
+    "next token": "the next token (offset +1)",
     "itself": "itself (the diagonal)",
-    "[CLS]": "the [CLS] token at position 0",
-    "[SEP]": "the [SEP] token at the end",
-    "same word": "other copies of its own word (queries whose word repeats)",
+    "[CLS]": "[CLS] (position 0)",
+    "[SEP]": "[SEP] (the last token)",
+    "same word": "other copies of its word",
 }
 SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[PAD]")
+# The patterns of the score figure and of the pattern explorer.
+FIGURE_PATTERNS = ("previous token", "[CLS]", "[SEP]", "itself")
 
 
 @dataclass(frozen=True)
@@ -128,23 +100,19 @@ class HeadStudy:
 
 
 def sentence_scores(weights: Tensor, tokens: Sequence[str]) -> dict[str, Tensor]:
-    """Pattern scores of every head on one sentence (no padding).
+    """Pattern scores of every head on one sentence: pattern -> (...) average weight.
 
-    Args:
-        weights: (..., n, n) attention weights over the sentence's n real tokens.
-        tokens: the n word pieces, [CLS] first and [SEP] last.
-
-    Returns:
-        pattern -> (...) average weight; "same word" is NaN when no word repeats.
+    Shape:
+        weights (..., n, n) over the n real tokens (word pieces, [CLS] first, [SEP] last);
+        "same word" is NaN when no word repeats.
     """
     n = len(tokens)
     if weights.shape[-2:] != (n, n):
         raise ValueError(f"weights: expected (..., {n}, {n}) for {n} tokens, got {weights.shape}")
     i = torch.arange(n)
-    same = torch.zeros(n, n, dtype=torch.bool)  # [q, k]: another copy of q's word
-    for q in range(n):
-        for k in range(n):
-            same[q, k] = q != k and tokens[q] == tokens[k] and tokens[q] not in SPECIAL_TOKENS
+    word = [t if t not in SPECIAL_TOKENS else None for t in tokens]
+    same = torch.tensor([[q != k and word[q] is not None and word[q] == word[k] for k in range(n)]
+                         for q in range(n)])  # (n, n) [q, k]: another copy of q's word  # fmt: skip
     repeated = same.any(dim=-1)  # (n,) queries whose word occurs again
     on_same = (weights * same).sum(dim=-1)  # (..., n)
     return {
@@ -160,24 +128,17 @@ def sentence_scores(weights: Tensor, tokens: Sequence[str]) -> dict[str, Tensor]
 
 
 def pattern_scores(weights: Tensor, batch: Batch) -> dict[str, Tensor]:
-    """Pattern scores of every head, averaged over the sentences of the batch.
+    """Pattern scores of every head averaged over the sentences: pattern -> (n_layers, n_heads).
 
-    Args:
-        weights: (n_layers, B, n_heads, T, T) from `pretrained.attention_weights`.
-
-    Returns:
-        pattern -> (n_layers, n_heads); padding never counts ("same word" averages over the
-        sentences where a word repeats).
+    weights (n_layers, B, n_heads, T, T) from `pretrained.attention_weights`; padding never counts
+    ("same word" averages over the sentences where a word repeats).
     """
-    per_sentence = []
-    for b, tokens in enumerate(batch.tokens):
-        n = len(tokens)
-        per_sentence.append(sentence_scores(weights[:, b, :, :n, :n], tokens))
-    scores = {}
-    for name in PATTERNS:
-        stacked = torch.stack([s[name] for s in per_sentence])  # (B, L, h)
-        scores[name] = stacked.nanmean(dim=0)  # (L, h)
-    return scores
+    per_sentence = [
+        sentence_scores(weights[:, b, :, : len(tokens), : len(tokens)], tokens)
+        for b, tokens in enumerate(batch.tokens)
+    ]
+    # (B, L, h) -> (L, h) for each pattern
+    return {k: torch.stack([s[k] for s in per_sentence]).nanmean(dim=0) for k in PATTERNS}
 
 
 @functools.cache
@@ -191,85 +152,24 @@ def head_study(sentences: tuple[str, ...] = STUDY_SENTENCES) -> HeadStudy:
 
 def top_heads(score: Tensor, k: int = 1) -> list[tuple[int, int, float]]:
     """The k heads with the largest score: [(layer, head, score)], indices from 0."""
-    n_heads = score.shape[-1]
     values, flat = score.flatten().topk(k)
-    return [
-        (int(j) // n_heads, int(j) % n_heads, float(v)) for v, j in zip(values, flat, strict=True)
-    ]
-
-
-def uniform_level(batch: Batch) -> float:
-    """The average weight a query would put on one key if it spread evenly: mean of 1/n."""
-    return float((1.0 / batch.lengths.double()).mean())
-
-
-def top_key_counts(
-    weights: Tensor, tokens: Sequence[str], query: int, exclude: Sequence[str] = ()
-) -> Counter:
-    """For one query token: over all heads, how often each key is the one it attends to most.
-
-    Args:
-        weights: (n_layers, n_heads, n, n) for one sentence of n tokens.
-        tokens: the n word pieces.
-        query: the position of the query token.
-        exclude: tokens never counted as the top key (e.g. "[CLS]", "[SEP]"): the next
-            largest weight counts instead.
-
-    Returns:
-        Counter {token: number of heads}; a token that occurs twice is named "the (5)", with its
-        position, e.g. {"[CLS]": 65, "the (1)": 2, ...}.
-    """
-    n = len(tokens)
-    if weights.shape[-2:] != (n, n):
-        raise ValueError(f"weights: expected (..., {n}, {n}) for {n} tokens, got {weights.shape}")
-    if not 0 <= query < n:
-        raise ValueError(f"query: expected a position in [0, {n}), got {query}")
-    row = weights[..., query, :].clone()  # (..., n)
-    blocked = torch.tensor([t in exclude for t in tokens])
-    row[..., blocked] = -1.0  # below every weight
-    top = row.argmax(dim=-1).flatten()  # (n_layers * n_heads,)
-    repeats = Counter(tokens)
-    names = [t if repeats[t] == 1 else f"{t} ({j})" for j, t in enumerate(tokens)]
-    return Counter(names[int(j)] for j in top)
+    return [(*divmod(int(j), score.shape[-1]), float(v)) for v, j in zip(values, flat, strict=True)]
 
 
 # --------------------------------------------------------------------------- figures
 
 
-SCORE_FIGURE_PATTERNS = ("previous token", "[CLS]", "[SEP]", "itself")
-SHORT_PATTERNS = {
-    "previous token": "the previous token (offset -1)",
-    "next token": "the next token (offset +1)",
-    "itself": "itself (the diagonal)",
-    "[CLS]": "[CLS] (position 0)",
-    "[SEP]": "[SEP] (the last token)",
-    "same word": "other copies of its word",
-}
-
-
-def score_figure(study: HeadStudy, patterns: Sequence[str] = SCORE_FIGURE_PATTERNS):
-    """Static figure: one layers x heads map per pattern (2 x 2), each head's average weight.
-
-    All four maps share one colour scale, 0 to 1; the exact numbers are in `study.scores`.
-    """
+def score_figure(study: HeadStudy):
+    """Static figure: one layers x heads map per pattern of FIGURE_PATTERNS (2 x 2), each head's
+    average weight, on one colour scale from 0 to 1 (the numbers are in `study.scores`)."""
     import matplotlib.pyplot as plt
 
-    if len(patterns) != 4:
-        raise ValueError(f"patterns: expected 4 patterns for the 2 x 2 grid, got {len(patterns)}")
-    L, h = study.scores[patterns[0]].shape
+    L, h = study.scores[FIGURE_PATTERNS[0]].shape
     fig, axes = plt.subplots(2, 2, figsize=(9.2, 4.4), layout="constrained")
-    for ax, name in zip(axes.flat, patterns, strict=True):
-        plots.heatmap(
-            ax,
-            study.scores[name],
-            [str(i + 1) for i in range(L)],
-            [str(j + 1) for j in range(h)],
-            title=f"Weight on {SHORT_PATTERNS[name]}",
-            xlabel="head",
-            ylabel="layer",
-            annotate=False,
-            colorbar=False,
-        )
+    for ax, name in zip(axes.flat, FIGURE_PATTERNS, strict=True):
+        plots.heatmap(ax, study.scores[name], [str(i + 1) for i in range(L)],
+                      [str(j + 1) for j in range(h)], title=f"Weight on {PATTERNS[name]}",
+                      xlabel="head", ylabel="layer", annotate=False, colorbar=False)  # fmt: skip
     fig.colorbar(axes.flat[0].images[0], ax=axes, shrink=0.7, label="average weight")
     return fig
 
@@ -282,50 +182,25 @@ def heads_figure(study: HeadStudy, heads: Sequence[tuple[int, int]], sentence: i
     n = len(tokens)
     fig, axes = plt.subplots(1, len(heads), figsize=(3.1 * len(heads), 3.6), layout="constrained")
     for ax, (layer, head) in zip(axes, heads, strict=True):
-        plots.heatmap(
-            ax,
-            study.weights[layer, sentence, head, :n, :n],
-            tokens,
-            tokens,
-            title=head_name(layer, head),
-            annotate=False,
-            colorbar=False,
-        )
+        w = study.weights[layer, sentence, head, :n, :n]  # (n, n)
+        plots.heatmap(ax, w, tokens, tokens, title=head_name(layer, head), annotate=False,
+                      colorbar=False)  # fmt: skip
         ax.tick_params(axis="x", labelrotation=90)
     return fig
 
 
 def similarity_figure(similarity: Tensor, labels: Sequence[str]):
     """Static figure: the cosine similarity of every pair of sentences."""
-    return plots.heatmap(
-        None,
-        similarity,
-        labels,
-        labels,
-        title="Cosine similarity of the sentence embeddings",
-        xlabel="sentence",
-        ylabel="sentence",
-        vmin=-0.2,
-        vmax=1.0,
-    ).figure
+    title = "Cosine similarity of the sentence embeddings"
+    return plots.heatmap(None, similarity, labels, labels, title=title, xlabel="sentence",
+                         ylabel="sentence", vmin=-0.2, vmax=1.0).figure  # fmt: skip
 
 
 # --------------------------------------------------------------------------- widgets
 
 
-def _score_readout(scores: Mapping[str, Tensor], names: Sequence[str], title: str) -> str:
-    items = {}
-    for name in names:
-        value = float(scores[name])
-        items[f"on {name}"] = "n/a" if math.isnan(value) else f"{value:.2f}"
-    return plots.readout(items, title=title)
-
-
 def head_explorer(study: HeadStudy, sentence: int = 0) -> Explorer:
-    """Widget: pick a layer and a head; see its weights on one sentence and its scores.
-
-    6 layers x 12 heads = 72 precomputed frames.
-    """
+    """Widget: pick a layer and a head (72 frames); see its weights on one sentence, its scores."""
     tokens = study.batch.labels(sentence)
     n = len(tokens)
     weights = study.weights[:, sentence, :, :n, :n]  # (L, h, n, n)
@@ -334,17 +209,11 @@ def head_explorer(study: HeadStudy, sentence: int = 0) -> Explorer:
     shown = ("previous token", "next token", "itself", "[CLS]", "[SEP]")
 
     def render(layer: int, head: int) -> str:
-        return plots.frame(
-            plots.svg_heatmap(
-                weights[layer, head],
-                tokens,
-                tokens,
-                title=f"Layer {layer + 1}, head {head + 1}",
-                decimals=1,
-                cell=28,
-            ),
-            _score_readout({k: here[k][layer, head] for k in shown}, shown, "Average weight"),
-        )
+        title = f"Layer {layer + 1}, head {head + 1}"
+        heatmap = plots.svg_heatmap(weights[layer, head], tokens, tokens, title=title, decimals=1,
+                                    cell=28)  # fmt: skip
+        readout = {f"on {k}": f"{float(here[k][layer, head]):.2f}" for k in shown}
+        return plots.frame(heatmap, plots.readout(readout, title="Average weight"))
 
     return Explorer(
         render,
@@ -360,13 +229,9 @@ def head_explorer(study: HeadStudy, sentence: int = 0) -> Explorer:
     )
 
 
-def pattern_explorer(
-    study: HeadStudy,
-    patterns: Sequence[str] = ("previous token", "[CLS]", "[SEP]", "itself"),
-    sentences: Sequence[int] = tuple(range(len(EXPLORER_SENTENCES))),
-) -> Explorer:
-    """Widget: the top head of each pattern, on several sentences."""
-    tops = {name: top_heads(study.scores[name])[0] for name in patterns}
+def pattern_explorer(study: HeadStudy) -> Explorer:
+    """Widget: the top head of each of FIGURE_PATTERNS, on the first few study sentences."""
+    tops = {name: top_heads(study.scores[name])[0] for name in FIGURE_PATTERNS}
 
     def render(pattern: str, sentence: int) -> str:
         layer, head, score = tops[pattern]
@@ -374,40 +239,23 @@ def pattern_explorer(
         n = len(tokens)
         w = study.weights[layer, sentence, head, :n, :n]
         mine = sentence_scores(w, tokens)[pattern]
-        return plots.frame(
-            plots.svg_heatmap(
-                w,
-                tokens,
-                tokens,
-                title=head_name(layer, head),
-                decimals=1,
-                cell=24,
-                show_values=False,
-            ),  # fmt: skip
-            plots.readout(
-                {
-                    "head": head_name(layer, head),
-                    f"weight on {pattern}, this sentence": f"{float(mine):.2f}",
-                    f"weight on {pattern}, all {len(study.batch.sentences)} sentences": (
-                        f"{score:.2f}"
-                    ),
-                    "uniform attention would give": f"{1 / n:.2f}",
-                },
-                title=f"Top head for “{pattern}”",
-            ),
-        )
+        heatmap = plots.svg_heatmap(w, tokens, tokens, title=head_name(layer, head), decimals=1,
+                                    cell=24, show_values=False)  # fmt: skip
+        readout = {
+            "head": head_name(layer, head),
+            f"weight on {pattern}, this sentence": f"{float(mine):.2f}",
+            f"weight on {pattern}, all {len(study.batch.sentences)} sentences": f"{score:.2f}",
+            "uniform attention would give": f"{1 / n:.2f}",
+        }
+        return plots.frame(heatmap, plots.readout(readout, title=f"Top head for “{pattern}”"))
 
     explorer = Explorer(
         render,
         [
             dropdown(
-                "pattern", {f"{p}  ({head_name(*tops[p][:2])})": p for p in patterns}, "Pattern"
+                "pattern", {f"{p}  ({head_name(*t[:2])})": p for p, t in tops.items()}, "Pattern"
             ),
-            dropdown(
-                "sentence",
-                {study.batch.sentences[b]: b for b in sentences},
-                "Sentence",
-            ),
+            dropdown("sentence", {s: b for b, s in enumerate(EXPLORER_SENTENCES)}, "Sentence"),
         ],
         title="The head that best matches each pattern, on other sentences",
         caption=(
@@ -440,60 +288,10 @@ SEARCH_TITLES = (
 )
 
 
-def cosine_similarities(embeddings: Tensor) -> Tensor:
-    """All pairwise cosine similarities of L2-normalised embeddings: one matrix product.
-
-    Shape:
-        (B, d) -> (B, B)
-    """
-    return embeddings @ embeddings.T  # rows have length 1, so dot product = cosine
-
-
-# --------------------------------------------------------------------------- pitfalls
-
-
-def variant(
-    model: SentenceEncoder, *, gelu_tanh: bool = False, layer_norm_eps: float | None = None
-) -> SentenceEncoder:
-    """A copy of `model` with one detail changed, to measure what the detail is worth.
-
-    Args:
-        gelu_tanh: use the tanh approximation of GELU (GPT-2's) instead of the exact erf one.
-        layer_norm_eps: another eps for every LayerNorm (e.g. torch's default 1e-5).
-    """
-    import copy
-
-    import torch.nn.functional as F
-    from torch import nn
-
-    changed = copy.deepcopy(model)
-    if gelu_tanh:
-        for layer in changed.encoder.layers:
-            layer.ff.activation = functools.partial(F.gelu, approximate="tanh")
-    if layer_norm_eps is not None:
-        for module in changed.modules():
-            if isinstance(module, nn.LayerNorm):
-                module.eps = layer_norm_eps
-    return changed.eval()
-
-
-def pool_with_padding(states: Tensor) -> Tensor:
-    """The mistake: a plain mean over every position, padding included (then normalised).
-
-    Shape:
-        (B, T, d) -> (B, d)
-    """
-    return l2_normalise(states.mean(dim=1))
-
-
 # --------------------------------------------------------------------------- exercises
 
 # Exercise 1: Hugging Face's attention_mask of a batch of 3 sentences of lengths 5, 3, 6.
-EXERCISE_ATTENTION_MASK = (
-    (1, 1, 1, 1, 1, 0),
-    (1, 1, 1, 0, 0, 0),
-    (1, 1, 1, 1, 1, 1),
-)
+EXERCISE_ATTENTION_MASK = ((1, 1, 1, 1, 1, 0), (1, 1, 1, 0, 0, 0), (1, 1, 1, 1, 1, 1))
 
 
 def exercise_attention_mask() -> Tensor:
@@ -519,22 +317,17 @@ def check_mask_conversion(answer: object) -> Verdict:
             f"it is {answer.dtype}; the package's masks are boolean (True = may attend)",
             "padding_mask(lengths, max_len) builds one",
         )
-    if tuple(answer.shape) == tuple(hf.shape):
-        if torch.equal(answer, ~hf.bool()):
-            return Verdict.not_yet(
-                "the mask is inverted and flat",
-                "True marks the padding: that is torch.nn's key_padding_mask meaning, and it has "
-                "shape (B, S) where ours is (B, 1, 1, S)",
-            )
+    if answer.shape == hf.shape and torch.equal(answer, ~hf.bool()):
         return Verdict.not_yet(
-            "the mask has the wrong shape",
-            "it is (B, S) = (3, 6); ours is (B, 1, 1, S) = (3, 1, 1, 6), so that it broadcasts "
-            "over heads and query positions",
+            "the mask is inverted and flat",
+            "True marks the padding: that is torch.nn's key_padding_mask meaning, and it has "
+            "shape (B, S) where ours is (B, 1, 1, S)",
         )
-    if tuple(answer.shape) != tuple(expected.shape):
+    if answer.shape != expected.shape:
         return Verdict.not_yet(
             "the mask has the wrong shape",
-            f"it is {tuple(answer.shape)} where {tuple(expected.shape)} was expected",
+            f"it is {tuple(answer.shape)}; ours is (B, 1, 1, S) = {tuple(expected.shape)}, so "
+            "that it broadcasts over heads and query positions",
         )
     if torch.equal(answer, ~expected):
         return Verdict.not_yet(
@@ -569,7 +362,7 @@ def check_sentence_embeddings(answer: object) -> Verdict:
         what="the sentence embeddings",
         mistakes={
             "the mean ran over the padding too (sentence 2 averaged its pad row)": (
-                pool_with_padding(states)
+                l2_normalise(states.mean(dim=1))
             ),
             "these are the means, not yet divided by their length (L2 norm)": pooled,
             "this is the first token's state ([CLS] pooling); this model averages its tokens": (
@@ -583,18 +376,12 @@ def check_sentence_embeddings(answer: object) -> Verdict:
     )
 
 
-def next_token_head() -> tuple[int, int]:
-    """Exercise 3's answer: (layer, head), counted from 1, of the best next-token head."""
-    layer, head, _ = top_heads(head_study().scores["next token"])[0]
-    return layer + 1, head + 1
-
-
 def check_next_token_head(answer: object) -> Verdict:
     """Exercise 3: the head (layer, head), counted from 1, that attends most to the next token."""
     if answer is None:
         return unanswered()
     try:
-        if isinstance(answer, (str, bytes)):
+        if isinstance(answer, str):
             raise TypeError("a string is not a pair")
         layer, head = (int(x) for x in answer)  # type: ignore[union-attr]
     except (TypeError, ValueError):
@@ -604,14 +391,13 @@ def check_next_token_head(answer: object) -> Verdict:
         )
     scores = head_study().scores
     L, h = scores["next token"].shape
-    best = next_token_head()
-    if (layer, head) == best:
-        value = float(scores["next token"][layer - 1, head - 1])
+    best = top_heads(scores["next token"])[0][:2]  # counted from 0
+    if (layer - 1, head - 1) == best:
+        value = float(scores["next token"][best])
         return Verdict.right(
-            f"{head_name(layer - 1, head - 1)} puts {value:.2f} of its weight on the next token, "
-            "on average"
+            f"{head_name(*best)} puts {value:.2f} of its weight on the next token, on average"
         )
-    if (layer + 1, head + 1) == best:
+    if (layer, head) == best:
         return Verdict.not_yet(
             "that head is one off",
             "you gave indices counted from 0; the figures count layers and heads from 1",
@@ -621,8 +407,7 @@ def check_next_token_head(answer: object) -> Verdict:
             "there is no such head",
             f"layers run from 1 to {L} and heads from 1 to {h}",
         )
-    prev = top_heads(scores["previous token"])[0]
-    if (layer, head) == (prev[0] + 1, prev[1] + 1):
+    if (layer - 1, head - 1) == top_heads(scores["previous token"])[0][:2]:
         return Verdict.not_yet(
             "that is the previous-token head",
             "it attends to offset -1; the next token is offset +1 (weights[i, i + 1])",
