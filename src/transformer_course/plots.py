@@ -135,7 +135,7 @@ def _text_width(text: str, font_size: float) -> float:
     return 0.6 * font_size * len(text)
 
 
-def _svg(width: float, height: float, label: str, body: Sequence[str]) -> str:
+def svg_document(width: float, height: float, label: str, body: Sequence[str]) -> str:
     """The <svg> element around `body`, sized, labelled for screen readers and in our font."""
     label = _attr(label)
     return (
@@ -290,7 +290,7 @@ def svg_heatmap(
             f'<rect x="{_num(x + 1)}" y="{_num(top + 1)}" width="{cell - 2}" '
             f'height="{_num(h - 2)}" fill="none" stroke="#fff" stroke-width="1.5"/>'
         )
-    return _svg(width, height, label, out)
+    return svg_document(width, height, label, out)
 
 
 def svg_bars(
@@ -364,7 +364,7 @@ def svg_bars(
             f"{_format(x, decimals)}</text>"
         )
     out.append("</g>")
-    return _svg(width, height, label, out)
+    return svg_document(width, height, label, out)
 
 
 def svg_line(
@@ -451,7 +451,7 @@ def svg_line(
             f'<text x="{_num(min(cx + 7, width - 40))}" y="{_num(max(cy - 7, top + 8))}" '
             f'font-size="10" fill="{DARK}">{_format(ys[marker], decimals)}</text>'
         )
-    return _svg(width, height, label, out)
+    return svg_document(width, height, label, out)
 
 
 # Colours of 2-D vector diagrams, in order: tableau-colorblind10 without its lightest greys.
@@ -572,7 +572,7 @@ def svg_vectors(
             f'<text x="{_num(lx)}" y="{_num(ly)}" font-size="12" fill="{ink}" '
             f'text-anchor="{anchor}"{bold}>{escape(text)}</text>'
         )
-    return _svg(width, height, label, out)
+    return svg_document(width, height, label, out)
 
 
 def _caption(title: str | None) -> str:

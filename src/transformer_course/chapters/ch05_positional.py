@@ -159,8 +159,7 @@ def _pair_svg(pair: int, t: int, omega: float, window: int = 64) -> str:
                     for s in range(t))  # fmt: skip
     curves = [" ".join(f"{sx(s)},{sy(fn(omega * s))}" for s in range(window + 1))
               for fn in (math.sin, math.cos)]  # fmt: skip
-    return "".join([
-        plots._svg_open(440, 190, label),
+    return plots.svg_document(440, 190, label, [
         f'<text x="8" y="16" font-size="13" font-weight="bold" fill="{dark}">Pair k = {pair}: '
         f'dims {k0} (sin) and {k1} (cos)</text><circle cx="{cx}" cy="{cy}" r="{r}" fill="none" '
         f'stroke="{grey}"/><path d="M{cx - r - 6},{cy}H{cx + r + 6}M{cx},{cy - r - 6}V{cy + r + 6}'
@@ -183,7 +182,7 @@ def _pair_svg(pair: int, t: int, omega: float, window: int = 64) -> str:
         f'text-anchor="middle">{window}</text><text x="{num((x0 + x1) / 2)}" y="{y1 + 24}" '
         f'text-anchor="middle">position</text><text x="{sx(t)}" y="{y0 - 7}" text-anchor="middle"'
         f'>t = {t}</text><text x="{x1 - 92}" y="14" fill="{blue}">— sin</text><text x="{x1 - 40}'
-        f'" y="14" fill="{plots.DARK_ORANGE}">- - cos</text></g></svg>',
+        f'" y="14" fill="{plots.DARK_ORANGE}">- - cos</text></g>',
     ])  # fmt: skip
 
 
