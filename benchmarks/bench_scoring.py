@@ -1,10 +1,10 @@
 """Chapter 7's scoring functions: forward time and peak memory against sequence length.
 
-The scorers, their inputs and the live-tensor memory measurement are chapter 7's own code
-(`transformer_course.chapters.ch07_dot_product`: `measured_scorer`, `peak_memory` with its
-`MemoryTracker`, `analytic_cost`, `scoring_figure`), so the chapter's figure and these tables come
-from the same functions. What differs is the timer: the chapter takes the best of a few batches,
-here the scorers of one length are interleaved round by round and the median is reported.
+The scorers and the live-tensor memory measurement are the ones chapter 7 uses (the package's
+scorers, `transformer_course.measure.peak_memory` with its `MemoryTracker`, and the naive
+broadcast dot product the chapter writes out), and the figure is chapter 7's `scoring_figure`.
+What differs is the timer: the chapter takes the best of a few batches, here the scorers of one
+length are interleaved round by round and the median is reported.
 
 Run alone: python benchmarks/bench_scoring.py [--smoke] [--threads N]
 """
@@ -19,10 +19,24 @@ from common import Section, interleaved, script_main, table, timing_cell
 from common import peak_memory as allocator_peak
 
 from transformer_course.chapters import ch07_dot_product as ch07
+from transformer_course.measure import peak_memory
+from transformer_course.scoring import make_scorer, scoring_cost
 
 FULL = {"lengths": (*ch07.MEASURE_LENGTHS, 1024), "d": ch07.MEASURE_D, "batch": 1}
 SMOKE = {"lengths": (8, 16), "d": 8, "batch": 1}
 fmt = ch07.format_bytes
+
+
+def broadcast_dot(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """q . k for every pair the naive way, as chapter 7 writes it: (..., T, S, d) products."""
+    return (q.unsqueeze(-2) * k.unsqueeze(-3)).sum(-1)  # (..., T, S)
+
+
+def largest_tensor(name: str, n: int, d: int) -> int:
+    """Elements of the largest tensor scorer `name` allocates for T = S = n (`scoring_cost`)."""
+    return (
+        n * n * d if name == "dot_broadcast" else scoring_cost(name, n, n, d).largest_intermediate
+    )
 
 
 def run(smoke: bool = False, threads: int | None = None, figure_dir: Path | None = None) -> Section:
@@ -34,17 +48,23 @@ def run(smoke: bool = False, threads: int | None = None, figure_dir: Path | None
         else {"budget": 2.0, "min_rounds": 7, "max_rounds": 25, "min_batch": 0.02}
     )
     names, lengths, d, batch = ch07.MEASURE_NAMES, cfg["lengths"], cfg["d"], cfg["batch"]
-    scorers = {name: ch07.measured_scorer(name, d) for name in names}
+    torch.manual_seed(0)  # the learned scorers' weights
+    scorers = {
+        name: broadcast_dot if name == "dot_broadcast" else make_scorer(name, d).eval()
+        for name in names
+    }
     generator = torch.Generator().manual_seed(0)
     section = Section("scoring", "Scoring functions (chapter 7)")
     section.add(
         f"q and k of shape ({batch}, n, {d}), float32, T = S = n, forward only "
         f"(torch.inference_mode), {torch.get_num_threads()} torch thread(s). The scorers are "
-        "chapter 7's (`ch07_dot_product.measured_scorer`); dot_broadcast is the dot product "
-        "computed the naive way, through a (T, S, d) tensor of products.",
+        "the package's (`scoring.make_scorer`), as in chapter 7; dot_broadcast is the dot "
+        "product computed the naive way, through a (T, S, d) tensor of products.",
         "",
     )
-    time_rows, memory_rows, figure_rows = [], [], []
+    time_rows, memory_rows = [], []
+    median_ms = {name: [] for name in names}
+    tracked_peaks = {name: [] for name in names}
     for n in lengths:
         q = torch.randn(batch, n, d, generator=generator)  # (B, n, d)
         k = torch.randn(batch, n, d, generator=generator)  # (B, n, d)
@@ -58,27 +78,15 @@ def run(smoke: bool = False, threads: int | None = None, figure_dir: Path | None
 
         calls = {name: call(scorers[name]) for name in names}
         timings = interleaved(calls, **timer)
-        tracked = {name: ch07.peak_memory(partial(scorers[name], q, k)) for name in names}
+        tracked = {name: peak_memory(partial(scorers[name], q, k)) for name in names}
         allocated = {name: allocator_peak(calls[name]) for name in names}
         time_rows.append([n] + [timing_cell(timings[name]) for name in names])
         memory_rows.append(
             [n] + [f"{fmt(tracked[name])} / {fmt(allocated[name])}" for name in names]
         )
         for name in names:
-            cost = ch07.analytic_cost(name, n, n, d)
-            figure_rows.append(
-                ch07.ScoringRow(
-                    name=name,
-                    n=n,
-                    d=d,
-                    batch=batch,
-                    ms=1e3 * timings[name].median,
-                    peak_bytes=tracked[name],
-                    largest_bytes=4 * batch * cost.largest_intermediate,
-                    flops=batch * cost.flops,
-                    threads=torch.get_num_threads(),
-                )
-            )
+            median_ms[name].append(1e3 * timings[name].median)
+            tracked_peaks[name].append(tracked[name])
     section.add(
         "### Forward time (ms, median [quartiles])",
         "",
@@ -88,9 +96,7 @@ def run(smoke: bool = False, threads: int | None = None, figure_dir: Path | None
         table(["n"] + list(names), memory_rows),
     )
     n_max = lengths[-1]
-    largest = {
-        name: ch07.analytic_cost(name, n_max, n_max, d).largest_intermediate for name in names
-    }
+    largest = {name: largest_tensor(name, n_max, d) for name in names}
     section.add(
         f"Largest tensor each scorer allocates at n={n_max}, from `scoring.scoring_cost` "
         "(elements × 4 bytes): "
@@ -105,7 +111,9 @@ def run(smoke: bool = False, threads: int | None = None, figure_dir: Path | None
         import matplotlib.pyplot as plt
 
         figure_dir.mkdir(parents=True, exist_ok=True)
-        fig = ch07.scoring_figure(figure_rows)
+        fig = ch07.scoring_figure(
+            lengths, median_ms, tracked_peaks, d, threads=torch.get_num_threads()
+        )
         path = figure_dir / "scoring.png"
         fig.savefig(path, dpi=90)
         plt.close(fig)

@@ -564,6 +564,47 @@ def test_recording_attention_refuses_non_modules():
             pass
 
 
+def test_recording_attention_inputs_are_the_tensors_passed_in():
+    model = TwoAttentions().eval()
+    y, memory = torch.randn(2, 5, 8), torch.randn(2, 7, 8)
+    with recording_attention(model, what="inputs") as inputs:
+        model(y, memory)
+    assert set(inputs) == {"self_attn", "cross_attn"}
+    assert all(inputs["self_attn"][role] is y for role in "qkv")  # self-attention: one tensor
+    assert inputs["cross_attn"]["k"] is memory and inputs["cross_attn"]["v"] is memory
+    # The query of cross-attention is the updated stream: equal numbers, a new tensor.
+    y1 = y + model.self_attn(y, y, y, mask=causal_mask(5))[0]
+    assert inputs["cross_attn"]["q"] is not y
+    assert_close(inputs["cross_attn"]["q"], y1, **TOL)
+    assert_cleaned_up(model)  # and the weights were not recorded on the way
+
+
+def test_recording_attention_inputs_and_weights_together():
+    mha = MultiHeadAttention(8, 2).eval()
+    query, memory = torch.randn(1, 3, 8), torch.randn(1, 4, 8)
+    with recording_attention(mha, "inputs") as inputs, recording_attention(mha) as weights:
+        mha(query=query, key=memory, value=memory)  # keywords: the projections still see them
+    assert inputs["self"]["q"] is query and inputs["self"]["v"] is memory
+    assert weights["self"].shape == (1, 2, 3, 4)
+    assert_cleaned_up(mha)
+
+
+@pytest.mark.parametrize(
+    ("what", "error", "message"),
+    [
+        ("outputs", ValueError, "'outputs'"),
+        ("Weights", ValueError, "'Weights'"),
+        (1, TypeError, "int"),
+    ],
+)
+def test_recording_attention_refuses_unknown_what(what, error, message):
+    model = TwoAttentions()
+    with pytest.raises(error, match=f"what: expected .*{message}"):
+        with recording_attention(model, what=what):
+            pass
+    assert_cleaned_up(model)
+
+
 # --------------------------------------------------------------------------- bad inputs
 
 

@@ -1,4 +1,4 @@
-"""Chapter 1 helpers: the hand example equals the package, and the story the chapter tells holds."""
+"""Chapter 1 helpers: the example data, the story the chapter tells, figures, widgets."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from transformer_course import scaled_dot_product_attention
+from transformer_course import examples, measure, scaled_dot_product_attention
 from transformer_course.chapters import ch01_attention as ch
 from transformer_course.notebook import setup
 from transformer_course.widgets import Explorer
@@ -27,35 +27,10 @@ def close_figures():
 # --------------------------------------------------------------------------- the tiny example
 
 
-def test_three_steps_by_hand_follow_the_formulas():
-    q, K, V = ch.tiny_example()
-    scores, weights, output = ch.attend_by_hand(q, K, V)
-    expected_scores = [sum(a * b for a, b in zip(q.tolist(), k, strict=True)) for k in K.tolist()]
-    assert scores.tolist() == expected_scores
-    total = sum(math.exp(s) for s in expected_scores)
-    assert weights.tolist() == pytest.approx([math.exp(s) / total for s in expected_scores])
-    assert output.tolist() == pytest.approx(
-        [sum(w * v[i] for w, v in zip(weights.tolist(), V.tolist(), strict=True)) for i in range(2)]
-    )
-
-
-def test_hand_example_equals_the_package():
-    q, K, V = ch.tiny_example()
-    _, weights, output = ch.attend_by_hand(q, K, V)
-    package_output, package_weights = scaled_dot_product_attention(q[None], K, V, scale=1.0)
-    torch.testing.assert_close(package_weights[0], weights)
-    torch.testing.assert_close(package_output[0], output)
-
-
-def test_matrix_form_equals_one_query_at_a_time():
-    Q = ch.tiny_queries()
-    _, K, V = ch.tiny_example()
-    output, weights = scaled_dot_product_attention(Q, K, V, scale=1.0)
-    assert torch.equal(Q[0], ch.tiny_example()[0])
-    for i in range(Q.shape[0]):
-        _, w, o = ch.attend_by_hand(Q[i], K, V)
-        torch.testing.assert_close(weights[i], w)
-        torch.testing.assert_close(output[i], o)
+def test_tiny_example_is_the_one_the_text_checks_by_hand():
+    q, K, V = (torch.tensor(t) for t in (ch.TINY_QUERY, ch.TINY_KEYS, ch.TINY_VALUES))
+    assert (K @ q).tolist() == [2.0, 1.0, 3.0]  # q.k_1 = 2, q.k_2 = 1, q.k_3 = 3
+    assert V.shape == (3, 2) and ch.TINY_QUERIES[0] == ch.TINY_QUERY
 
 
 # --------------------------------------------------------------------------- search engine
@@ -63,7 +38,8 @@ def test_matrix_form_equals_one_query_at_a_time():
 
 def test_search_ranks_the_transformer_paper_first_and_blends_contents():
     ex = ch.search_example()
-    output, weights = ch.search(ex)
+    output, weights = scaled_dot_product_attention(ex.query[None], ex.keys, ex.values, scale=1.0)
+    output, weights = output[0], weights[0]
     assert ex.keys.shape == (len(ex.titles), len(ex.query_features))
     assert ex.values.shape == (len(ex.titles), len(ex.content_features))
     assert ex.titles[int(weights.argmax())] == "Attention Is All You Need"
@@ -72,23 +48,21 @@ def test_search_ranks_the_transformer_paper_first_and_blends_contents():
         "The Joy of Cooking",
     )
     torch.testing.assert_close(output, weights @ ex.values)
-    assert float(weights.sum()) == pytest.approx(1.0)
     # a larger scale makes the search pickier: the top document takes more weight
-    assert float(ch.search(ex, scale=4.0)[1].max()) > float(weights.max())
+    assert float(torch.softmax(4.0 * (ex.keys @ ex.query), -1).max()) > float(weights.max())
 
 
 # --------------------------------------------------------------------------- the sentence
 
 
-def test_sentence_vectors_and_projections():
-    X = ch.token_vectors()
-    assert X.shape == (len(ch.TOKENS), len(ch.FEATURES))
-    assert torch.equal(X[0], X[4])  # "The" and "the": the same word, the same vector
-    W_Q, W_K, W_V = ch.projections()
-    assert torch.equal(W_K, torch.eye(len(ch.FEATURES))) and torch.equal(W_V, W_K)
-    Q, K, V = ch.sentence_qkv()
-    torch.testing.assert_close(Q, X @ W_Q)
-    torch.testing.assert_close(ch.sentence_scores(), Q @ K.T)
+def test_sentence_attention_is_softmax_of_the_designed_scores():
+    X = examples.token_vectors()
+    W_Q, W_K, W_V = examples.projections()
+    for scale in (1.0, 0.5):
+        output, weights = ch.sentence_attention(scale)
+        expected = torch.softmax(scale * (X @ W_Q) @ (X @ W_K).T, dim=-1)
+        torch.testing.assert_close(weights, expected)
+        torch.testing.assert_close(output, expected @ (X @ W_V))
 
 
 def test_sentence_pattern_the_chapter_describes():
@@ -106,58 +80,35 @@ def test_top_keys_and_entropy():
     assert ch.top_keys(w, ["a", "b", "c", "d"], k=3) == "b 0.60, d 0.20, a 0.10"
     with pytest.raises(ValueError, match="weights: expected shape"):
         ch.top_keys(torch.ones(2, 2), ["a", "b"])
-    assert float(ch.entropy(torch.full((7,), 1 / 7))) == pytest.approx(math.log(7))
-    assert float(ch.entropy(torch.tensor([0.0, 1.0, 0.0]))) == 0.0
+    assert float(measure.entropy(torch.full((7,), 1 / 7))) == pytest.approx(math.log(7))
+    assert float(measure.entropy(torch.tensor([0.0, 1.0, 0.0]))) == 0.0
 
 
 # --------------------------------------------------------------------------- complexity
 
 
-def test_layer_costs_and_checks():
-    costs = ch.layer_costs(10, 4)
-    assert costs == {"self-attention": 10 * 10 * 4, "recurrent": 10 * 4 * 4}
-    with pytest.raises(ValueError, match="n: expected a positive int"):
-        ch.layer_costs(0, 4)
-
-
 def test_torch_threads_restores_and_best_time_is_positive():
     before = torch.get_num_threads()
-    with ch.torch_threads(1):
+    with measure.torch_threads(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
     calls = []
-    seconds = ch.best_time(lambda: calls.append(1), repeats=2, min_time=1e-4)
+    seconds = measure.best_time(lambda: calls.append(1), repeats=2, min_time=1e-4)
     assert seconds > 0 and len(calls) >= 3  # warm-up plus two batches
 
 
-def test_time_layers_smoke_and_figure():
-    timings = ch.time_layers((4, 8, 16, 32), d_model=8, repeats=1)
-    assert timings.lengths == (4, 8, 16, 32) and timings.d_model == 8 and timings.threads == 1
-    assert len(timings.attention_ms) == len(timings.gru_ms) == 4
-    assert all(t > 0 for t in timings.attention_ms + timings.gru_ms)
-    ax = ch.timing_figure(timings)
+def test_timing_figure_draws_measurements_and_two_distinct_references():
+    lengths = (4, 8, 16, 32)
+    ax = ch.timing_figure(lengths, [1.0, 2.0, 5.0, 17.0], [2.0, 4.0, 8.0, 16.0], 8, threads=1)
     labels = [line.get_label() for line in ax.get_lines()]
     assert labels[:2] == ["self-attention layer", "GRU layer (nn.GRU)"] and len(labels) == 4
+    assert list(ax.get_lines()[0].get_ydata()) == [1.0, 2.0, 5.0, 17.0]
+    assert ax.get_title() == "One layer, d = 8, 1 CPU thread"
     # The two grey references must not look alike in the legend: dashed n, dotted n².
     linear, quadratic = ax.get_lines()[2:]
     assert linear.get_color() == quadratic.get_color()
     assert (linear.get_linestyle(), quadratic.get_linestyle()) == ("--", ":")
-    with pytest.raises(ValueError, match="lengths"):
-        ch.time_layers(())
-
-
-def test_growth_per_doubling():
-    n = [16, 32, 64, 128, 256]
-    assert ch.growth_per_doubling([x**2 for x in n]) == pytest.approx(4.0)
-    assert ch.growth_per_doubling([3 * x for x in n]) == pytest.approx(2.0)
-    with pytest.raises(ValueError, match="at least 4"):
-        ch.growth_per_doubling([1, 2, 4])
-
-
-def test_complexity_table_rows():
-    rows = {row[0]: row[1:] for row in ch.COMPLEXITY_TABLE}
-    assert rows["Self-attention"] == ("O(n² · d)", "O(1)", "O(1)")
-    assert rows["Recurrent"] == ("O(n · d²)", "O(n)", "O(n)")
+    assert list(quadratic.get_ydata()) == pytest.approx([17 / 64, 17 / 16, 17 / 4, 17])
 
 
 # --------------------------------------------------------------------------- widgets and figures
@@ -182,8 +133,12 @@ def test_attention_explorer_frames():
 def test_saturation_explorer_entropy_falls_with_scale():
     explorer = ch.saturation_explorer()
     assert explorer.n_frames == len(ch.SATURATION_SCALES)
-    scores = ch.sentence_scores()[1]
-    entropies = [float(ch.entropy(torch.softmax(s * scores, -1))) for s in ch.SATURATION_SCALES]
+    X = examples.token_vectors()
+    W_Q, W_K, _ = examples.projections()
+    scores = (X @ W_Q)[1] @ (X @ W_K).T  # the raw scores of "cat"
+    entropies = [
+        float(measure.entropy(torch.softmax(s * scores, -1))) for s in ch.SATURATION_SCALES
+    ]
     assert all(a > b for a, b in zip(entropies, entropies[1:], strict=False))
     assert f"Entropy {entropies[-1]:.2f} nats" in explorer.frame(scale=ch.SATURATION_SCALES[-1])
 
@@ -204,7 +159,7 @@ def test_sentence_figure_and_setup(restore_defaults):
     a = torch.rand(3)
     setup()
     assert torch.equal(torch.rand(3), a)  # seeded again: the same draw
-    ax = ch.sentence_figure()
+    ax = ch.sentence_figure(ch.sentence_attention()[1])
     assert [t.get_text() for t in ax.get_xticklabels()] == list(ch.TOKENS)
     with pytest.raises(TypeError, match="seed"):
         setup(seed="0")

@@ -1,8 +1,6 @@
-"""Chapter 2 helpers: the example, the counts, the depth profile, the note's bug, the checkers."""
+"""Chapter 2 helpers: the example, token statistics, the depth figure, the widget, the checkers."""
 
 from __future__ import annotations
-
-import copy
 
 import matplotlib
 import pytest
@@ -12,7 +10,7 @@ from torch import nn
 from transformer_course.chapters import ch02_encoder as ch
 from transformer_course.interop import load_from_torch
 from transformer_course.layers import EncoderLayer
-from transformer_course.model import Encoder, count_parameters
+from transformer_course.model import count_parameters
 from transformer_course.widgets import Explorer
 
 matplotlib.use("Agg")
@@ -90,144 +88,21 @@ def test_stats_rows_print_one_line_per_token_without_negative_zero():
         ch.stats_rows(torch.zeros(3, 4))
 
 
-# --------------------------------------------------------------------------- parameter count
-
-
-@pytest.mark.parametrize(
-    ("d_model", "n_heads", "d_ff", "bias"),
-    [(16, 4, 64, True), (16, 1, 64, True), (24, 3, 40, False), (512, 8, 2048, True)],
-)
-def test_parameter_count_formula_equals_the_modules(d_model, n_heads, d_ff, bias):
-    layer = EncoderLayer(d_model, n_heads, d_ff, bias=bias)
-    formula = ch.parameter_count(d_model, d_ff, bias=bias)
-    assert sum(formula.values()) == count_parameters(layer)
-    assert ch.parameters_by_part(layer) == formula
-    theirs = nn.TransformerEncoderLayer(d_model, n_heads, d_ff, batch_first=True, bias=bias)
-    assert sum(p.numel() for p in theirs.parameters()) == sum(formula.values())
-
-
-def test_paper_layer_and_argument_checks():
-    assert sum(ch.parameter_count(512, 2048).values()) == 3_152_384
-    with pytest.raises(ValueError, match="d_ff: expected a positive int"):
-        ch.parameter_count(8, 0)
-    stack = Encoder(3, 8, 2, 16)
-    assert ch.parameters_by_part(stack) == {"layers": count_parameters(stack)}
-
-
 # --------------------------------------------------------------------------- post-LN vs pre-LN
 
 
-def test_depth_profile_unrolled_loop_matches_an_independent_backward():
-    for norm_first in (False, True):
-        profile = ch.depth_profile(
-            norm_first, n_layers=3, d_model=8, n_heads=2, d_ff=16, seeds=(5,)
-        )
-        assert len(profile.grad) == len(profile.rms) == 4 and profile.n_layers == 3
-        # Rebuild the same stack and inputs; take the gradient through Encoder.forward directly.
-        generator = torch.Generator().manual_seed(5)
-        torch.manual_seed(5)
-        encoder = Encoder(3, 8, 2, 16, dropout=0.0, norm_first=norm_first, final_norm=norm_first)
-        x = torch.randn(4, 16, 8, generator=generator).requires_grad_()
-        readout = torch.randn(4, 16, 8, generator=generator)
-        y = encoder(x)
-        (grad_x,) = torch.autograd.grad((y * readout).sum(), x)
-        assert profile.grad[0] == pytest.approx(float(grad_x.norm() / readout.norm()), rel=1e-5)
-        assert profile.rms[0] == pytest.approx(float(x.detach().pow(2).mean().sqrt()), rel=1e-6)
-        with torch.no_grad():
-            top = encoder.layers[-1](encoder.layers[1](encoder.layers[0](x)))
-        assert profile.rms[-1] == pytest.approx(float(top.pow(2).mean().sqrt()), rel=1e-5)
-
-
-def test_depth_profile_shows_the_story_the_chapter_tells():
-    post = ch.depth_profile(False, n_layers=24, seeds=(0,))
-    pre = ch.depth_profile(True, n_layers=24, seeds=(0,))
-    assert post.grad[-1] == pytest.approx(1.0)  # post-LN: the top is Y itself, dL/dY = R
-    assert post.grad[0] < 0.8 * post.grad[-1]  # the gradient fades towards the input
-    assert min(pre.grad) >= pre.grad[-1] * (1 - 1e-6)  # never below what arrives at the top
-    assert all(r == pytest.approx(1.0, abs=1e-3) for r in post.rms[1:])  # LayerNorm output
-    assert pre.rms[-1] > 1.5 * pre.rms[1]  # the residual stream grows
-    assert post.name.startswith("post-LN") and pre.name == "pre-LN"
-    with pytest.raises(ValueError, match="seeds"):
-        ch.depth_profile(False, n_layers=2, seeds=())
-
-
 def test_depth_figure_has_two_labelled_panels_and_checks_its_arguments():
-    post = ch.depth_profile(False, n_layers=2, d_model=8, n_heads=2, d_ff=16, seeds=(0,))
-    pre = ch.depth_profile(True, n_layers=2, d_model=8, n_heads=2, d_ff=16, seeds=(0,))
-    fig = ch.depth_figure(post, pre)
+    grad = {"post-LN (paper)": [0.5, 0.8, 1.0], "pre-LN": [1.4, 1.2, 1.0]}
+    rms = {"post-LN (paper)": [1.0, 1.0, 1.0], "pre-LN": [1.0, 1.3, 1.6]}
+    fig = ch.depth_figure(grad, rms, d_model=8)
     left, right = fig.axes
     assert left.get_yscale() == "log" and right.get_yscale() == "linear"
-    assert [line.get_label() for line in left.get_lines()] == [post.name, pre.name]
-    assert list(left.get_lines()[0].get_ydata()) == pytest.approx(post.grad)
-    with pytest.raises(ValueError, match="post-LN profile first"):
-        ch.depth_figure(pre, post)
-    longer = ch.depth_profile(True, n_layers=3, d_model=8, n_heads=2, d_ff=16, seeds=(0,))
-    with pytest.raises(ValueError, match="n_layers"):
-        ch.depth_figure(post, longer)
-
-
-# --------------------------------------------------------------------------- the note's layer
-
-
-def test_the_notes_layer_attends_across_the_batch():
-    buggy, fixed = ch.note_layers()
-    assert not buggy.self_attn.batch_first and fixed.self_attn.batch_first
-    x = torch.randn(2, 10, ch.D_MODEL)
-    with torch.no_grad():
-        out = buggy(x)
-        assert out.shape == x.shape  # the shape hides the bug
-        other = buggy(ch.replace_sequence(x, 1))
-        assert not torch.allclose(out[0], other[0])  # sentence 0 sees sentence 1
-        same = buggy(ch.replace_token(x, 0, 5))
-        torch.testing.assert_close(out[0, :5], same[0, :5])  # ... but not its own tokens
-        # exactly a correct layer on the transposed batch
-        torch.testing.assert_close(out, fixed(x.transpose(0, 1)).transpose(0, 1))
-        fixed_out = fixed(x)
-        torch.testing.assert_close(fixed_out[0], fixed(ch.replace_sequence(x, 1))[0])
-        assert not torch.allclose(fixed_out[0, 0], fixed(ch.replace_token(x, 0, 5))[0, 0])
-
-
-def test_fixed_note_layer_equals_ours_and_torchs():
-    _, fixed = ch.note_layers(seed=2)
-    ours = ch.load_note_layer(EncoderLayer(ch.D_MODEL, ch.N_HEADS, ch.D_FF, dropout=0.0), fixed)
-    theirs = nn.TransformerEncoderLayer(
-        ch.D_MODEL, ch.N_HEADS, ch.D_FF, dropout=0.0, batch_first=True
-    )
-    other = load_from_torch(copy.deepcopy(ours), theirs)  # torch's own weights, in a copy of ours
-    x = torch.randn(3, 6, ch.D_MODEL)
-    with ch.mha_fastpath(False), torch.no_grad():
-        torch.testing.assert_close(ours.eval()(x), fixed(x))
-        assert not torch.allclose(other.eval()(x), fixed(x))  # other weights, other output
-    with pytest.raises(ValueError, match="post-LN"):
-        ch.load_note_layer(EncoderLayer(ch.D_MODEL, ch.N_HEADS, ch.D_FF, norm_first=True), fixed)
-    with pytest.raises(ValueError, match="ours: expected a tensor of shape"):
-        ch.load_note_layer(EncoderLayer(ch.D_MODEL, ch.N_HEADS, 2 * ch.D_FF), fixed)
-    with pytest.raises(TypeError, match="ours, note"):
-        ch.load_note_layer(theirs, fixed)
-
-
-def test_replacing_one_sequence_or_one_token_changes_only_that():
-    x = torch.randn(2, 4, 3)
-    seq = ch.replace_sequence(x, 1)
-    assert torch.equal(seq[0], x[0]) and not torch.equal(seq[1], x[1])
-    tok = ch.replace_token(x, 0, 2)
-    changed = (tok != x).any(dim=-1)
-    assert changed.tolist() == [[False, False, True, False], [False] * 4]
-    with pytest.raises(ValueError, match="b: expected a batch index"):
-        ch.replace_sequence(x, 2)
-    with pytest.raises(ValueError, match="b, t"):
-        ch.replace_token(x, 0, 4)
-
-
-def test_mha_fastpath_restores_the_setting_and_max_difference():
-    before = torch.backends.mha.get_fastpath_enabled()
-    with pytest.raises(RuntimeError), ch.mha_fastpath(not before):
-        assert torch.backends.mha.get_fastpath_enabled() == (not before)
-        raise RuntimeError("inside")
-    assert torch.backends.mha.get_fastpath_enabled() == before
-    assert ch.max_difference(torch.zeros(2), torch.tensor([0.5, -2.0])) == 2.0
-    with pytest.raises(ValueError, match="b: expected shape"):
-        ch.max_difference(torch.zeros(2), torch.zeros(3))
+    assert [line.get_label() for line in left.get_lines()] == list(grad)
+    assert list(left.get_lines()[0].get_ydata()) == pytest.approx(grad["post-LN (paper)"])
+    assert list(right.get_lines()[1].get_ydata()) == pytest.approx(rms["pre-LN"])
+    assert "2 encoder layers" in fig.get_suptitle() and "d_model = 8" in fig.get_suptitle()
+    with pytest.raises(ValueError, match="grad, rms"):
+        ch.depth_figure(grad, {"post-LN (paper)": [1.0, 1.0], "pre-LN": [1.0, 1.0]}, 8)
 
 
 # --------------------------------------------------------------------------- widget
@@ -317,16 +192,21 @@ def test_check_pre_ln_right_and_wrong():
 
 
 def test_check_batch_first_fix_right_and_wrong():
-    buggy, x = ch.exercise_note_layer()
-    _, fixed = ch.note_layers(seed=4)
-    ours = ch.load_note_layer(EncoderLayer(ch.D_MODEL, ch.N_HEADS, ch.D_FF, dropout=0.0), fixed)
+    # torch's own layer built without batch_first has the note's bug: it reads (T, B, d)
+    torch.manual_seed(4)
+    buggy = nn.TransformerEncoderLayer(ch.D_MODEL, ch.N_HEADS, ch.D_FF, dropout=0.0).eval()
+    x = torch.randn(3, 6, ch.D_MODEL)
+    ours = load_from_torch(EncoderLayer(ch.D_MODEL, ch.N_HEADS, ch.D_FF, dropout=0.0), buggy)
     with torch.no_grad():
         right = ours.eval()(x)  # an independent reference: our layer with the same weights
-        assert ch.check_batch_first_fix(right).ok
-        assert ch.check_batch_first_fix(buggy(x.transpose(0, 1)).transpose(0, 1)).ok
-        verdict = ch.check_batch_first_fix(buggy(x))
+        assert ch.check_batch_first_fix(right, buggy, x).ok
+        assert ch.check_batch_first_fix(buggy(x.transpose(0, 1)).transpose(0, 1), buggy, x).ok
+        verdict = ch.check_batch_first_fix(buggy(x), buggy, x)
         assert not verdict.ok and "attention across the batch" in verdict.text()
         half = buggy(x.transpose(0, 1))  # (T, B, d): not turned back
-        verdict = ch.check_batch_first_fix(half)
+        verdict = ch.check_batch_first_fix(half, buggy, x)
         assert not verdict.ok and "transpose the module's output back" in verdict.text()
-    assert "no answer yet" in ch.check_batch_first_fix(None).text()
+    assert not buggy.self_attn.batch_first  # the checker fixed a copy, not the reader's layer
+    assert "no answer yet" in ch.check_batch_first_fix(None, buggy, x).text()
+    with pytest.raises(TypeError, match="note_layer: expected .self_attn"):
+        ch.check_batch_first_fix(right, ours, x)

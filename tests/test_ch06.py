@@ -1,23 +1,16 @@
-"""Chapter 6 helpers: the recorders find the right tensors, the checks can fail, the rewired
-decoder equals the model, and every checker tells a right answer from a wrong one."""
+"""Chapter 6 helpers: the example, the module names, the figure and the widget, and every checker
+tells a right answer from a wrong one. What the chapter teaches (the recorded sources, the
+rewired decoder) is written and checked in the notebook."""
 
 from __future__ import annotations
-
-import math
 
 import matplotlib
 import pytest
 import torch
 
-from transformer_course import Transformer, recording_attention
+from transformer_course import recording_attention
 from transformer_course.chapters import ch06_qkv_sources as ch
-from transformer_course.training import (
-    BOS,
-    PAD,
-    exact_match,
-    held_out_set,
-    load_trained_model,
-)
+from transformer_course.training import BOS, load_trained_model
 from transformer_course.widgets import MAX_FRAME_CHARS, Explorer
 
 matplotlib.use("Agg")
@@ -38,23 +31,16 @@ def trained():
 
 @pytest.fixture(scope="module")
 def record(trained):
+    """(src, tgt_in, inputs, weights) of one pass on the chapter's example."""
     model, task, _ = trained
-    return ch.full_pass(model, *ch.example_batch(task))
-
-
-def small_model(norm_first: bool = False, seed: int = 0) -> Transformer:
-    torch.manual_seed(seed)
-    return Transformer(
-        13, 13, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0, norm_first=norm_first
-    ).eval()
-
-
-def tokens(B: int, L: int, seed: int) -> torch.Tensor:
-    return torch.randint(3, 13, (B, L), generator=torch.Generator().manual_seed(seed))
-
-
-def hook_count(model: torch.nn.Module) -> int:
-    return sum(len(m._forward_hooks) for m in model.modules())
+    src, tgt_in = ch.example_batch(task)
+    with (
+        torch.no_grad(),
+        recording_attention(model, "inputs") as inputs,
+        recording_attention(model) as weights,
+    ):
+        model(src, tgt_in)
+    return src, tgt_in, inputs, weights
 
 
 # --------------------------------------------------------------------------- the example
@@ -68,227 +54,70 @@ def test_example_is_the_source_and_its_reversal(trained):
     assert (src[0] - 3).tolist() == digits
     assert tgt_in[0, 0].item() == BOS
     assert (tgt_in[0, 1:] - 3).tolist() == digits[::-1]
-    source, target = ch.token_labels(task, src, tgt_in)
-    assert source == [str(d) for d in digits]
-    assert target == ["<bos>", *(str(d) for d in digits[::-1])]
-
-
-# --------------------------------------------------------------------------- recorders
-
-
-def test_projection_inputs_are_the_tensors_attention_reads():
-    model = small_model()
-    src, tgt_in = tokens(2, 5, 0), tokens(2, 7, 1)
-    with torch.no_grad(), ch.recording_projection_inputs(model) as inputs:
-        model(src, tgt_in)
-    assert hook_count(model) == 0, "hooks must be removed after the block"
-    assert len(inputs) == 6 and all(set(v) == {"q", "k", "v"} for v in inputs.values())
-    with torch.no_grad():
-        memory = model.encode(src)  # an independent second pass
-        x0 = model.positional(model.src_embed(src) * math.sqrt(16))
-    cross = inputs["decoder.layers.1.cross_attn"]
-    torch.testing.assert_close(cross["k"], memory)
-    assert cross["k"].shape == (2, 5, 16) and cross["q"].shape == (2, 7, 16)
-    torch.testing.assert_close(inputs["encoder.layers.0.self_attn"]["q"], x0)
-
-
-def test_recording_nothing_outside_the_block():
-    model = small_model()
-    with ch.recording_projection_inputs(model) as inputs:
-        pass
-    with torch.no_grad():
-        model(tokens(1, 4, 0), tokens(1, 5, 1))
-    assert inputs == {}
-
-
-def test_produced_by_names_every_module_that_returned_the_tensor():
-    model = small_model()
-    src, tgt_in = tokens(1, 4, 2), tokens(1, 6, 3)
-    with (
-        torch.no_grad(),
-        ch.recording_module_outputs(model) as outputs,
-        ch.recording_projection_inputs(model) as inputs,
-    ):
-        model(src, tgt_in)
-    assert hook_count(model) == 0
-    k = inputs["decoder.layers.0.cross_attn"]["k"]
-    assert ch.produced_by(k, outputs) == ["encoder.layers.1.norm2", "encoder.layers.1", "encoder"]
-    q = inputs["decoder.layers.0.cross_attn"]["q"]
-    assert ch.produced_by(q, outputs) == ["decoder.layers.0.norm1"]
-    assert ch.produced_by(torch.zeros(1), outputs) == []
-
-
-def test_streams_are_named_by_identity(record):
-    streams = record.streams
-    assert streams["X_2"] is streams["X_L"]
-    assert ch.stream_name(streams["X_L"], streams) == "X_2 = X_L"
-    assert ch.stream_name(streams["X_0"].clone(), streams) == "?"  # equal is not enough
-    assert set(streams) == {"X_0", "X_1", "X_2", "X_L", "Y_0", "Y'_1", "Y_1", "Y'_2", "Y_2"}
-
-
-def test_streams_refuse_a_pre_ln_model():
-    with pytest.raises(ValueError, match="post-LN"):
-        with ch.recording_streams(small_model(norm_first=True)):
-            pass
-    with pytest.raises(TypeError, match="model"):
-        ch.full_pass(torch.nn.Linear(2, 2), tokens(1, 3, 0), tokens(1, 3, 0))
-
-
-# --------------------------------------------------------------------------- the table and checks
-
-
-def test_source_table_matches_the_paper(record):
-    rows = ch.source_rows(record)
-    assert rows == [
-        ("encoder 1: self", "X_0", "X_0", "X_0", "7x7"),
-        ("encoder 2: self", "X_1", "X_1", "X_1", "7x7"),
-        ("decoder 1: masked self", "Y_0", "Y_0", "Y_0", "8x8"),
-        ("decoder 1: cross", "Y'_1", "X_2 = X_L", "X_2 = X_L", "8x7"),
-        ("decoder 2: masked self", "Y_1", "Y_1", "Y_1", "8x8"),
-        ("decoder 2: cross", "Y'_2", "X_2 = X_L", "X_2 = X_L", "8x7"),
-    ]
-    lines = ch.source_table(record)
-    assert len(lines) == len(rows) + 2 and lines[0].split() == [
-        "attention",
-        "Q",
-        "from",
-        "K",
-        "from",
-        "V",
-        "from",
-        "weights",
-    ]
-    shapes = ch.shape_rows(record)
-    assert len(shapes) == len(rows) + 2
-    assert "(1, 8, 64)  (1, 7, 64)  (1, 7, 64)  (1, 4, 8, 7)" in shapes[5]
-
-
-def test_source_checks_hold_on_the_model(record):
-    checks = ch.source_checks(record)
-    assert len(checks) >= 8 and all(checks.values()), checks
-
-
-def test_source_checks_catch_a_miswired_decoder(trained):
-    model, task, _ = trained
-    layer = model.decoder.layers[1]
-
-    def no_source(y, memory, mask):  # cross-attention reading the decoder instead
-        return layer.dropout2(layer.cross_attn(y, y, y)[0])
-
-    layer._ca_block = no_source
-    try:
-        checks = ch.source_checks(ch.full_pass(model, *ch.example_batch(task)))
-    finally:
-        del layer._ca_block
-    assert not checks["cross-attention: K and V are one tensor, the encoder output X_L"]
-    assert not checks["cross-attention: K input torch.equal to the encoder output"]
-    assert checks["encoder self-attention: Q, K, V are one tensor"]
-
-
-def test_weights_have_the_three_shapes(record):
-    S, T = record.src.shape[1], record.tgt_in.shape[1]
-    assert S != T
-    for name, w in record.weights.items():
-        expected = {ch.KINDS[0]: (S, S), ch.KINDS[1]: (T, T), ch.KINDS[2]: (T, S)}
-        assert tuple(w.shape[-2:]) == expected[ch.attention_kind(name)]
-        torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[:-1]))
 
 
 def test_names_of_modules():
-    assert ch.layer_number("decoder.layers.0.cross_attn") == 1
-    assert ch.display_name("decoder.layers.1.self_attn") == "decoder layer 2, masked self-attention"
-    assert ch.display_name("encoder.layers.0.self_attn") == "encoder layer 1, self-attention"
-    assert ch.attention_kind("decoder.layers.3.cross_attn") == "cross-attention"
+    assert ch.describe("decoder.layers.0.cross_attn") == (
+        "decoder",
+        1,
+        "cross-attention",
+        "cross",
+        "target",
+        "source",
+    )
+    assert ch.describe("encoder.layers.1.self_attn")[2:] == (
+        "self-attention",
+        "self",
+        "source",
+        "source",
+    )
+    assert ch.describe("decoder.layers.1.self_attn")[4:] == ("target", "target")
     assert ch.short_name("decoder.layers.0.self_attn") == "decoder 1: masked self"
-    with pytest.raises(ValueError, match="name"):
-        ch.attention_kind("decoder.layers.0.ff")
-    with pytest.raises(ValueError, match="name"):
-        ch.layer_number("encoder")
+    for wrong in (
+        "decoder.layers.0.ff",
+        "encoder",
+        "encoder.layers.x.self_attn",
+        "encoder.cross_attn",
+    ):
+        with pytest.raises(ValueError, match="name"):
+            ch.describe(wrong)
 
 
-# --------------------------------------------------------------------------- rewired decoder
-
-
-def test_paper_wiring_is_the_model(trained):
-    model, task, config = trained
-    src, tgt = held_out_set(task, config)
-    src, tgt_in = src[:20], tgt[:20, :-1]
-    with torch.no_grad():
-        assert torch.equal(ch.decode_with_wiring(model, src, tgt_in), model(src, tgt_in))
-    small = small_model()
-    s, t = tokens(2, 4, 5), tokens(2, 6, 6)
-    with torch.no_grad():
-        assert torch.equal(ch.decode_with_wiring(small, s, t, "paper"), small(s, t))
-
-
-def test_wirings_differ_and_swapped_needs_equal_lengths():
-    model = small_model()
-    src, tgt_in = tokens(2, 5, 7), tokens(2, 6, 8)
-    with pytest.raises(ValueError, match="S == T"):
-        ch.decode_with_wiring(model, src, tgt_in, "swapped")
-    with pytest.raises(ValueError, match="wiring"):
-        ch.decode_with_wiring(model, src, tgt_in, "sideways")
-    padded = ch.pad_source(src, 6)
-    paper = ch.decode_with_wiring(model, padded, tgt_in)
-    torch.testing.assert_close(paper, ch.decode_with_wiring(model, src, tgt_in))  # pad is masked
-    for wiring in ch.WIRINGS:
-        logits = ch.decode_with_wiring(model, padded, tgt_in, wiring)
-        assert logits.shape == (2, 6, 13)
-        if wiring != "paper":
-            assert not torch.allclose(logits, paper), wiring
-
-
-def test_pad_source():
-    src = tokens(2, 3, 0)
-    padded = ch.pad_source(src, 5)
-    assert padded.shape == (2, 5) and torch.equal(padded[:, :3], src)
-    assert (padded[:, 3:] == PAD).all()
-    with pytest.raises(ValueError, match="length"):
-        ch.pad_source(src, 2)
-
-
-def test_accuracies_against_a_hand_count():
-    labels = torch.tensor([[5, 6, 2, PAD], [7, 2, PAD, PAD]])  # 3 digits, 2 <eos>, 3 pads
-    predicted = torch.tensor([[5, 4, 2, 9], [7, 2, 0, 3]])
-    logits = torch.nn.functional.one_hot(predicted, 13).float()
-    result = ch.accuracies(logits, labels)
-    assert result["digits"] == pytest.approx(2 / 3)
-    assert result["tokens"] == pytest.approx(4 / 5)
-    assert result["sequences"] == pytest.approx(1 / 2)  # padding positions do not count
-
-
-@pytest.mark.slow
-def test_wiring_accuracies_on_the_trained_model(trained):
-    model, task, config = trained
-    src, tgt = held_out_set(task, config)
-    src, tgt = src[:150], tgt[:150]
-    results = ch.wiring_accuracies(model, src, tgt)
-    assert set(results) == set(ch.WIRINGS)
-    assert results["paper"]["sequences"] == pytest.approx(exact_match(model, src, tgt))
-    assert results["paper"]["digits"] > 0.99
-    for wiring in ("swapped", "no source"):
-        assert results[wiring]["digits"] < 0.2, wiring  # chance is 0.1
-    for wiring in ("layer by layer", "encoder skipped", "query before self-attention"):
-        assert results[wiring]["sequences"] < 0.5, wiring
+def test_weights_of_the_example_have_the_three_shapes(record):
+    src, tgt_in, inputs, weights = record
+    S, T = src.shape[1], tgt_in.shape[1]
+    assert S != T and list(inputs) == list(weights)
+    for name, w in weights.items():
+        rows, cols = ch.describe(name)[4:]
+        assert tuple(w.shape[-2:]) == (
+            {"source": S, "target": T}[rows],
+            {"source": S, "target": T}[cols],
+        )
 
 
 # --------------------------------------------------------------------------- figure and widget
 
 
-def test_figure_has_three_heatmaps(record, trained):
+def labels(trained, record):
     _, task, _ = trained
-    source, target = ch.token_labels(task, record.src, record.tgt_in)
-    fig = ch.three_kinds_figure(record, source, target)
+    src, tgt_in, _, _ = record
+    return task.labels(src[0]), task.labels(tgt_in[0])
+
+
+def test_figure_has_three_heatmaps(record, trained):
+    fig = ch.three_kinds_figure(record[3], *labels(trained, record))
     heatmaps = [ax for ax in fig.axes if ax.images]  # the fourth axes is the colour bar
     assert len(heatmaps) == 3
     shapes = [ax.images[0].get_array().shape for ax in heatmaps]
     assert shapes == [(7, 7), (8, 8), (8, 7)]
+    assert heatmaps[2].get_title().startswith("decoder layer 2, cross-attention")
 
 
 def test_explorer_frames(record, trained):
-    _, task, _ = trained
-    source, target = ch.token_labels(task, record.src, record.tgt_in)
-    explorer = ch.attention_explorer(record, source, target)
+    weights = record[3]
+    sources = {name: ("Q-" + name, "K-" + name, "V-" + name) for name in weights}
+    sources["decoder.layers.1.cross_attn"] = ("Y'_2", "X_2 = X_L", "X_2 = X_L")
+    explorer = ch.attention_explorer(weights, sources, *labels(trained, record))
     assert isinstance(explorer, Explorer)
     assert explorer.n_frames == 6 * 5
     assert len(set(explorer.frames.values())) == explorer.n_frames
@@ -296,7 +125,9 @@ def test_explorer_frames(record, trained):
     assert all(len(label) <= 28 for label in explorer.specs[0].labels)  # fits the drop-down
     frame = explorer.frame(module="decoder.layers.1.cross_attn", head=0)
     assert "X_2 = X_L" in frame and "Y&#x27;_2" in frame and "8 x 7" in frame
-    assert "<svg" in explorer.frame(module="encoder.layers.0.self_attn", head=ch.HEAD_MEAN)
+    assert "source padding" in frame and "causal" not in frame
+    masked = explorer.frame(module="decoder.layers.0.self_attn", head=ch.HEAD_MEAN)
+    assert "Q-decoder.layers.0.self_attn" in masked and "causal" in masked and "<svg" in masked
 
 
 # --------------------------------------------------------------------------- exercises
@@ -335,7 +166,7 @@ def test_check_pre_ln_sources():
 def test_check_cross_weights(trained, record):
     model, _, _ = trained
     attention = model.decoder.layers[1].cross_attn
-    fed = record.inputs[ch.EXERCISE_MODULE]
+    fed = record[2][ch.EXERCISE_MODULE]
     d_k = attention.d_k
     with torch.no_grad():
         _, weights = attention(fed["q"], fed["k"], fed["v"])  # independent: the module itself
@@ -354,9 +185,20 @@ def test_check_cross_weights(trained, record):
     assert not ch.check_cross_weights(None).ok
 
 
-def test_recorded_weights_equal_recording_attention(trained, record):
-    model, _, _ = trained
-    with torch.no_grad(), recording_attention(model) as weights:
-        model(record.src, record.tgt_in)
-    for name, w in weights.items():
-        torch.testing.assert_close(record.weights[name], w)
+def test_check_cross_weights_names_the_wrong_sources(record):
+    _, _, inputs, weights = record
+    attention = load_trained_model()[0].decoder.layers[1].cross_attn
+    d_k = attention.d_k
+
+    def head_1(queries_from, keys_from):
+        q = queries_from[0] @ attention.q_proj.weight[:d_k].T + attention.q_proj.bias[:d_k]
+        k = keys_from[0] @ attention.k_proj.weight[:d_k].T + attention.k_proj.bias[:d_k]
+        return torch.softmax(q @ k.T / d_k**0.5, dim=-1)  # (T, S)
+
+    fed = inputs[ch.EXERCISE_MODULE]
+    with torch.no_grad():
+        torch.testing.assert_close(head_1(fed["q"], fed["k"]), weights[ch.EXERCISE_MODULE][0, 0])
+        layer_input = head_1(inputs["decoder.layers.1.self_attn"]["q"], fed["k"])  # Y_1
+        embedded = head_1(fed["q"], inputs["encoder.layers.0.self_attn"]["q"])  # X_0
+    assert "Y_1" in ch.check_cross_weights(layer_input).reason
+    assert "X_0" in ch.check_cross_weights(embedded).reason

@@ -104,7 +104,7 @@ def test_compare_number_and_all_right():
 
 def test_check_hand_weights():
     q = torch.tensor(ch.EXERCISE_QUERY, dtype=torch.float64)
-    _, K, _ = ch.tiny_example()
+    K = torch.tensor(ch.TINY_KEYS, dtype=torch.float64)
     scores = K @ q
     by_formula = [math.exp(s) / sum(math.exp(t) for t in scores.tolist()) for s in scores.tolist()]
     assert ch.check_hand_weights(by_formula).ok

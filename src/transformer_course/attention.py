@@ -279,17 +279,34 @@ class MultiHeadAttention(nn.Module):
 
 
 @contextmanager
-def recording_attention(model: nn.Module) -> Iterator[dict[str, Tensor]]:
-    """Record the attention weights of every MultiHeadAttention inside `model`.
+def recording_attention(
+    model: nn.Module, what: str = "weights"
+) -> Iterator[dict[str, Tensor] | dict[str, dict[str, Tensor]]]:
+    """Record what every MultiHeadAttention inside `model` computes or reads.
 
-    Inside the block, each forward call of an attention module stores its weights (B, h, T, S)
-    in the yielded dict under the module's name (the last call wins), e.g.
-    ``{"encoder.layers.0.self_attn": ..., "decoder.layers.0.cross_attn": ...}``.
+    Inside the block, each forward call of an attention module stores, under the module's name
+    (the last call wins; the model itself is named "self"):
+
+    - what="weights" (default): its attention weights (B, h, T, S), e.g.
+      ``{"encoder.layers.0.self_attn": ..., "decoder.layers.0.cross_attn": ...}``;
+    - what="inputs": the tensors that entered its projections, ``{"q": ..., "k": ..., "v": ...}``
+      for q_proj, k_proj and v_proj. They are the very objects passed in, not copies, so
+      ``inputs[name]["k"] is memory`` proves where a key came from.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(what, str):
+        raise TypeError(f"what: expected a str, got {type(what).__name__}")
+    if what not in RECORDABLE:
+        raise ValueError(f"what: expected one of {list(RECORDABLE)}, got {what!r}")
+    modules = [
+        (n or "self", m) for n, m in model.named_modules() if isinstance(m, MultiHeadAttention)
+    ]
+    if what == "inputs":
+        with _recording_projection_inputs(modules) as recorded:
+            yield recorded
+        return
     recorded: dict[str, Tensor] = {}
-    modules = [(n, m) for n, m in model.named_modules() if isinstance(m, MultiHeadAttention)]
     handles = []
 
     def keep(name: str):
@@ -302,7 +319,7 @@ def recording_attention(model: nn.Module) -> Iterator[dict[str, Tensor]]:
     was_recording = [module.record_weights for _, module in modules]
     for name, module in modules:
         module.record_weights = True
-        handles.append(module.register_forward_hook(keep(name or "self")))
+        handles.append(module.register_forward_hook(keep(name)))
     try:
         yield recorded
     finally:
@@ -312,3 +329,36 @@ def recording_attention(model: nn.Module) -> Iterator[dict[str, Tensor]]:
             module.record_weights = previous
             if not previous:
                 module.last_weights = None
+
+
+# What `recording_attention` can record.
+RECORDABLE = ("weights", "inputs")
+
+
+@contextmanager
+def _recording_projection_inputs(
+    modules: list[tuple[str, MultiHeadAttention]],
+) -> Iterator[dict[str, dict[str, Tensor]]]:
+    """{name: {"q"/"k"/"v": the input of that projection}}, filled by forward hooks.
+
+    The module calls its projections positionally, `q_proj(query)`, so a hook's `args[0]` is the
+    tensor itself, however the module was called.
+    """
+    recorded: dict[str, dict[str, Tensor]] = {}
+
+    def keep(name: str, role: str):
+        def hook(projection: nn.Linear, args: tuple, output: Tensor) -> None:
+            recorded.setdefault(name, {})[role] = args[0]
+
+        return hook
+
+    handles = [
+        getattr(module, f"{role}_proj").register_forward_hook(keep(name, role))
+        for name, module in modules
+        for role in ("q", "k", "v")
+    ]
+    try:
+        yield recorded
+    finally:
+        for handle in handles:
+            handle.remove()

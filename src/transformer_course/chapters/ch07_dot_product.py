@@ -1,41 +1,22 @@
-"""Chapter 7, why the dot product: five scores side by side, what they cost, how they train.
+"""Chapter 7, why the dot product: example data, the measured scorers, figures, widget, checkers.
 
-Reading order: the tiny example (every score by hand), the per-pair cost and the Euclidean score,
-measuring time and peak memory (`MemoryTracker`, `measure_scoring`, the figure), training the toy
-task with each scorer, length against angle (the dot product is not an unnormalised cosine), the
-widget, the exercise checkers.
-
-`measure_scoring` is meant to be reused (e.g. by the benchmarks): it returns one `ScoringRow` per
-(scorer, length) with the measured time and peak memory beside the analytic numbers of
-`scoring.scoring_cost`.
+The scores, the Euclidean expansion, the time and memory measurements and the training runs are
+written in the notebook; here are only its data, figures, widget and checkers.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from .. import plots
-from .._validation import check_choice, check_positive_float, check_positive_int
 from ..exercises import Verdict, all_right, compare_number, compare_tensor, unanswered
-from ..measure import MemoryTracker as MemoryTracker  # re-exported for the notebook
-from ..measure import best_time, moving_average, peak_memory, torch_threads
-from ..model import count_parameters
-from ..scoring import (
-    SCORER_NAMES,
-    AdditiveScore,
-    BilinearScore,
-    ScoringCost,
-    cosine_score,
-    dot_score,
-    make_scorer,
-    scoring_cost,
-)
-from ..training import DigitTask, TrainConfig, build_model, exact_match, held_out_set, train
+from ..measure import moving_average
+from ..scoring import cosine_score, dot_score
 from ..widgets import Explorer, slider
 
 # --------------------------------------------------------------------------- the tiny example
@@ -45,240 +26,36 @@ from ..widgets import Explorer, slider
 TINY_QUERY = (1.0, 1.0)
 TINY_KEYS = ((1.0, 1.0), (3.0, 0.0), (-1.0, 1.0))
 TINY_TEMPERATURE = 0.5
-# Hand-picked weights for the learned scores, so that every number can be redone by hand.
-TINY_BILINEAR = ((1.0, 0.0), (0.0, 3.0))  # W: counts the second coordinates three times
-TINY_W_Q = ((1.0, 0.0), (0.0, 1.0))  # additive, d_hidden = 2: W_q = I
-TINY_W_K = ((1.0, 0.0), (0.0, 1.0))  # W_k = I
-TINY_V = (1.0, 1.0)  # v: adds the two hidden units
 
 
 def tiny_example() -> tuple[Tensor, Tensor]:
     """The hand-checkable query q (1, 2) and keys K (3, 2), float64."""
     q = torch.tensor([TINY_QUERY], dtype=torch.float64)
-    K = torch.tensor(TINY_KEYS, dtype=torch.float64)
-    return q, K
-
-
-def tiny_bilinear() -> BilinearScore:
-    """The package's BilinearScore with W = TINY_BILINEAR (float64)."""
-    scorer = BilinearScore(2, 2).double()
-    with torch.no_grad():
-        scorer.weight.copy_(torch.tensor(TINY_BILINEAR, dtype=torch.float64))
-    return scorer
-
-
-def tiny_additive() -> AdditiveScore:
-    """The package's AdditiveScore with W_q, W_k, v = TINY_W_Q, TINY_W_K, TINY_V (float64)."""
-    scorer = AdditiveScore(2, 2, 2).double()
-    with torch.no_grad():
-        # nn.Linear stores (out, in): the hidden unit h = W x is weight @ x.
-        scorer.w_q.weight.copy_(torch.tensor(TINY_W_Q, dtype=torch.float64))
-        scorer.w_k.weight.copy_(torch.tensor(TINY_W_K, dtype=torch.float64))
-        scorer.v.weight.copy_(torch.tensor([TINY_V], dtype=torch.float64))
-    return scorer
-
-
-def scorer_parameters(name: str, d_k: int, d_hidden: int | None = None) -> int:
-    """Learned parameters of one scorer for queries and keys of size d_k (`make_scorer` sizes)."""
-    check_choice("name", name, SCORER_NAMES)
-    return count_parameters(make_scorer(name, d_k, d_hidden=d_hidden))
-
-
-# --------------------------------------------------------------------------- cost per pair
-
-
-def per_pair_flops(name: str, n: int, d: int) -> float:
-    """FLOPs per (query, key) pair of scorer `name` on n queries and n keys of size d.
-
-    The one-off work per token (normalising, projecting) is spread over the n pairs it serves, so
-    for large n this tends to the work each pair needs on its own: about 2d for every scorer but
-    additive, which needs about 4 d_hidden.
-    """
-    return analytic_cost(name, n, n, d).flops / (n * n)
-
-
-def euclidean_score(q: Tensor, k: Tensor) -> Tensor:
-    """Negative squared Euclidean distance -|q_i - k_j|^2 for every pair, (..., T, S).
-
-    Computed by the definition, through the (..., T, S, d) differences: the slow, memory-hungry
-    way, on purpose (compare `euclidean_as_dot`).
-    """
-    diff = q.unsqueeze(-2) - k.unsqueeze(-3)  # (..., T, S, d): one difference vector per pair
-    return -(diff**2).sum(-1)  # (..., T, S)
-
-
-def euclidean_as_dot(q: Tensor, k: Tensor) -> Tensor:
-    """The same scores as `euclidean_score` from one matrix multiply: 2 q.k - |q|^2 - |k|^2."""
-    q_sq = (q**2).sum(-1, keepdim=True)  # (..., T, 1)
-    k_sq = (k**2).sum(-1).unsqueeze(-2)  # (..., 1, S)
-    return 2 * dot_score(q, k) - q_sq - k_sq  # (..., T, S)
+    return q, torch.tensor(TINY_KEYS, dtype=torch.float64)
 
 
 # --------------------------------------------------------------------------- time and memory
 
-# "dot_broadcast": the dot product computed the naive way, every pair's product materialised
-# before the sum. Same numbers and FLOPs as "dot", but it builds a (T, S, d) tensor like additive.
+# The package's five scorers and "dot_broadcast", the dot product through a (T, S, d) tensor of
+# products (written in the notebook): same numbers and FLOPs as "dot", the memory of additive.
 MEASURE_NAMES = ("dot", "scaled_dot", "cosine", "bilinear", "additive", "dot_broadcast")
 MEASURE_LENGTHS = (32, 64, 128, 256, 512)
 MEASURE_D = 32
 
-# One look per scorer in every figure of the chapter (`plots.line_plot`'s `styles`), so that a
-# reader who learned it in Figure 7.1 recognises the lines of Figure 7.2. Colour, marker and line
-# style each differ, so nothing rests on colour alone, and every colour has >= 3:1 on white.
-# Blue is the Transformer's scaled dot; orange the scores with learned weights of their own
-# (additive solid, bilinear dashed); greys the parameter-free rest, dot_broadcast dashed in dot's
-# grey because it computes the same numbers. Bilinear coincides with scaled_dot (memory) and
-# with dot (training loss), so it is drawn on top, thin and dashed, with small crosses, and
-# scaled_dot a little thicker with larger markers: where they overlap, both stay visible.
+# One look per scorer in every figure: colour, marker and line style each differ (nothing rests
+# on colour alone; each colour >= 3:1 on white). Blue: the Transformer's scaled dot; orange: the
+# learned scores; greys: the parameter-free rest. Bilinear lies on scaled_dot (memory) and dot
+# (loss), so it is drawn on top, thin and dashed, and scaled_dot thicker: both stay visible.
 SCORER_STYLES = {
-    "scaled_dot": {
-        "color": plots.BLUE,
-        "marker": "o",
-        "markersize": 7,
-        "linestyle": "-",
-        "linewidth": 2.5,
-    },
+    "scaled_dot": {"color": plots.BLUE, "marker": "o", "markersize": 7, "linestyle": "-",
+                   "linewidth": 2.5},
     "additive": {"color": plots.DARK_ORANGE, "marker": "s", "linestyle": "-"},
     "dot": {"color": plots.GREY, "marker": "^", "markersize": 6, "linestyle": "-"},
     "cosine": {"color": plots.MID_GREY, "marker": "D", "linestyle": "-."},
     "dot_broadcast": {"color": plots.GREY, "marker": "v", "markersize": 6, "linestyle": "--"},
-    "bilinear": {
-        "color": plots.DARK_ORANGE,
-        "marker": "x",
-        "markersize": 5,
-        "markeredgewidth": 1.5,
-        "linestyle": "--",
-        "linewidth": 1.2,
-        "zorder": 3,
-    },
-}
-
-
-def broadcast_dot_score(q: Tensor, k: Tensor) -> Tensor:
-    """q . k for every pair via broadcasting: (..., T, 1, d) * (..., 1, S, d), summed over d."""
-    products = q.unsqueeze(-2) * k.unsqueeze(-3)  # (..., T, S, d): one product vector per pair
-    return products.sum(-1)  # (..., T, S)
-
-
-def analytic_cost(name: str, T: int, S: int, d: int, d_hidden: int | None = None) -> ScoringCost:
-    """`scoring_cost` for the package's scorers, plus "dot_broadcast" (dot FLOPs, T*S*d memory)."""
-    if name == "dot_broadcast":
-        dot = scoring_cost("dot", T, S, d)
-        return ScoringCost(dot.flops, 0, T * S * d)
-    check_choice("name", name, MEASURE_NAMES)
-    return scoring_cost(name, T, S, d, d_hidden)
-
-
-def measured_scorer(name: str, d: int, seed: int = 0) -> Callable[[Tensor, Tensor], Tensor]:
-    """The scorer `name` (a seeded module from `make_scorer`, or `broadcast_dot_score`)."""
-    check_choice("name", name, MEASURE_NAMES)
-    if name == "dot_broadcast":
-        return broadcast_dot_score
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        return make_scorer(name, d).eval()
-
-
-@dataclass(frozen=True)
-class ScoringRow:
-    """One measurement of one scorer on n queries and n keys of size d.
-
-    Attributes:
-        name: the scorer ("dot", ..., or "dot_broadcast").
-        n: sequence length (T = S = n).
-        d: size of the query and key vectors.
-        batch: batch size of the inputs (B, n, d).
-        ms: forward time in milliseconds, the best of `repeats` timed batches.
-        peak_bytes: measured peak memory of the forward pass (`MemoryTracker`).
-        largest_bytes: analytic size of the largest tensor it allocates (`scoring_cost`).
-        flops: analytic floating-point operations (`scoring_cost`).
-        threads: torch threads used while timing.
-    """
-
-    name: str
-    n: int
-    d: int
-    batch: int
-    ms: float
-    peak_bytes: int
-    largest_bytes: int
-    flops: int
-    threads: int
-
-
-def measure_scoring(
-    names: Sequence[str] = MEASURE_NAMES,
-    lengths: Sequence[int] = MEASURE_LENGTHS,
-    d: int = MEASURE_D,
-    repeats: int = 3,
-    *,
-    batch: int = 1,
-    threads: int = 1,
-    seed: int = 0,
-) -> list[ScoringRow]:
-    """Time and peak memory of each scorer's forward pass against sequence length.
-
-    For every name and every n: q and k of shape (batch, n, d) in float32, the scorer built by
-    `measured_scorer`; time = best of `repeats` timed batches after a warm-up (`best_time`),
-    with torch pinned to `threads` threads; peak memory measured by `MemoryTracker` in one
-    separate pass. A few seconds with the defaults on one thread, most of it additive at n = 512.
-
-    Returns:
-        One ScoringRow per (name, n), names in the outer loop.
-    """
-    names = tuple(names)
-    lengths = tuple(lengths)
-    if not names:
-        raise ValueError("names: expected at least one scorer name, got none")
-    if not lengths:
-        raise ValueError("lengths: expected at least one sequence length, got none")
-    for name in names:
-        check_choice("names", name, MEASURE_NAMES)
-    for n in lengths:
-        check_positive_int("lengths", n)
-    check_positive_int("d", d)
-    check_positive_int("repeats", repeats)
-    check_positive_int("batch", batch)
-    generator = torch.Generator().manual_seed(seed)
-    inputs = {}
-    for n in lengths:
-        q = torch.randn(batch, n, d, generator=generator)  # (B, n, d)
-        inputs[n] = (q, torch.randn(batch, n, d, generator=generator))
-    rows = []
-    for name in names:
-        scorer = measured_scorer(name, d, seed)
-        for n in lengths:
-            q, k = inputs[n]  # (B, n, d) each
-
-            def forward(scorer=scorer, q=q, k=k) -> Tensor:
-                return scorer(q, k)  # (B, n, n)
-
-            peak = peak_memory(forward)
-            with torch.inference_mode(), torch_threads(threads):
-                seconds = best_time(forward, repeats=repeats)
-            cost = analytic_cost(name, n, n, d)
-            rows.append(
-                ScoringRow(
-                    name=name,
-                    n=n,
-                    d=d,
-                    batch=batch,
-                    ms=1e3 * seconds,
-                    peak_bytes=peak,
-                    largest_bytes=4 * batch * cost.largest_intermediate,  # float32: 4 bytes
-                    flops=batch * cost.flops,
-                    threads=threads,
-                )
-            )
-    return rows
-
-
-def select(rows: Sequence[ScoringRow], name: str) -> list[ScoringRow]:
-    """The rows of one scorer, in order of n."""
-    chosen = sorted((r for r in rows if r.name == name), key=lambda r: r.n)
-    if not chosen:
-        raise ValueError(f"name: expected one of {sorted({r.name for r in rows})}, got {name!r}")
-    return chosen
+    "bilinear": {"color": plots.DARK_ORANGE, "marker": "x", "markersize": 5,
+                 "markeredgewidth": 1.5, "linestyle": "--", "linewidth": 1.2, "zorder": 3},
+}  # fmt: skip
 
 
 def format_bytes(n_bytes: float) -> str:
@@ -292,150 +69,63 @@ def format_bytes(n_bytes: float) -> str:
     return f"{n_bytes:.0f} B"
 
 
-def scoring_figure(rows: Sequence[ScoringRow]):
-    """Two log-log panels against n: forward time and measured peak memory; returns the Figure.
-
-    One legend, below both panels, names the scorers of both (SCORER_STYLES).
-    """
+def scoring_figure(lengths: Sequence[int], times: Mapping, peaks: Mapping, d: int, threads: int):
+    """Two log-log panels against n: forward time (ms) and measured peak memory (bytes) of each
+    scorer, with one legend below both (SCORER_STYLES); returns the Figure."""
     import matplotlib.pyplot as plt
 
-    names = list(dict.fromkeys(r.name for r in rows))
-    lengths = [r.n for r in select(rows, names[0])]
-    fig, (ax_time, ax_memory) = plt.subplots(1, 2, figsize=(10.0, 4.4), layout="constrained")
-    plots.line_plot(
-        ax_time,
-        lengths,
-        {name: [r.ms for r in select(rows, name)] for name in names},
-        xlabel="sequence length n (T = S = n)",
-        ylabel="forward time (ms)",
-        title=f"Time, d = {rows[0].d}, {rows[0].threads} "
-        + ("thread" if rows[0].threads == 1 else "threads"),
-        logx=True,
-        logy=True,
-        styles=SCORER_STYLES,
+    fig, axes = plt.subplots(1, 2, figsize=(10.0, 4.4), layout="constrained")
+    thread_word = "thread" if threads == 1 else "threads"
+    panels = (
+        (times, 1, "forward time (ms)", f"Time, d = {d}, {threads} {thread_word}"),
+        (peaks, 2**20, "peak memory (MiB)", "Peak memory, measured"),
     )
-    plots.line_plot(
-        ax_memory,
-        lengths,
-        {name: [r.peak_bytes / 2**20 for r in select(rows, name)] for name in names},
-        xlabel="sequence length n (T = S = n)",
-        ylabel="peak memory (MiB)",
-        title="Peak memory, measured",
-        logx=True,
-        logy=True,
-        styles=SCORER_STYLES,
-    )
-    # One legend for both panels, in a row below them: inside either panel it would cover lines
-    # (the left panel's lines fill its corners), and the two panels show the same scorers.
-    for ax in (ax_time, ax_memory):
-        ax.get_legend().remove()
-    handles, labels = ax_time.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=len(names), frameon=False)
+    for ax, (values, unit, ylabel, title) in zip(axes, panels, strict=True):
+        series = {name: [v / unit for v in ys] for name, ys in values.items()}
+        plots.line_plot(
+            ax,
+            lengths,
+            series,
+            xlabel="sequence length n (T = S = n)",
+            ylabel=ylabel,
+            title=title,
+            logx=True,
+            logy=True,
+            styles=SCORER_STYLES,
+        )
+        ax.get_legend().remove()  # one legend below both panels: inside either it covers lines
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(times), frameon=False)
     return fig
 
 
 # --------------------------------------------------------------------------- training
 
 TRAIN_NAMES = ("scaled_dot", "dot", "cosine", "bilinear", "additive")
-# A smaller model and budget than chapter 9's, so that five runs fit in well under a minute:
-# one layer, batch 32, 400 steps. Enough to separate the scorers a little, not to converge.
-TRAIN_SETTINGS = {
-    "n_layers": 1,
-    "d_ff": 128,
-    "batch_size": 32,
-    "steps": 400,
-    "lr": 3e-3,
-    "warmup": 50,
-    "n_test": 500,
-}
+# A smaller model and a much shorter run than chapter 9's (`TrainConfig` defaults otherwise), so
+# that five runs fit the chapter's time budget: 150 steps at a high learning rate separate the
+# scorers into the same three groups as 400 steps at 3e-3 did, without converging.
+TRAIN_SETTINGS = dict(
+    n_layers=1, d_ff=128, batch_size=32, steps=150, lr=5e-3, warmup=30, n_test=500
+)
 
 
-def train_config(name: str, **overrides: object) -> TrainConfig:
-    """The chapter's TrainConfig (TRAIN_SETTINGS, then `overrides`) with attention scorer `name`."""
-    check_choice("name", name, SCORER_NAMES)
-    settings = {**TRAIN_SETTINGS, **overrides}
-    return TrainConfig(**settings, model_kwargs={"attn_score": name})
-
-
-def model_parameters(name: str, **overrides: object) -> tuple[int, int]:
-    """(all parameters, parameters inside the scorers) of the chapter's model with scorer `name`."""
-    model = build_model(DigitTask(), train_config(name, **overrides))
-    in_scorers = sum(
-        count_parameters(module.score)
-        for module in model.modules()
-        if getattr(module, "score", None) is not None
-    )
-    return count_parameters(model), in_scorers
-
-
-@dataclass(frozen=True)
-class TrainedScorer:
-    """What training the toy task with one scorer gave.
-
-    Attributes:
-        name: the scorer.
-        parameters: all parameters of the model.
-        steps: optimisation steps.
-        seconds: wall-clock training time (the evaluation excluded).
-        final_loss: mean training loss over the last 50 steps.
-        accuracy: exact-match accuracy of greedy decoding on the held-out set.
-        losses: the training loss of every step.
-    """
-
-    name: str
-    parameters: int
-    steps: int
-    seconds: float
-    final_loss: float
-    accuracy: float
-    losses: tuple[float, ...]
-
-
-def train_with_scorer(
-    name: str, task: DigitTask | None = None, *, threads: int = 1, **overrides: object
-) -> TrainedScorer:
-    """Train the chapter's model on `task` (default: digit reversal) with scorer `name`."""
-    task = DigitTask() if task is None else task
-    config = train_config(name, **overrides)
-    model = build_model(task, config)
-    with torch_threads(threads):
-        result = train(model, task, config, progress=False)
-        src, tgt = held_out_set(task, config)
-        accuracy = exact_match(model, src, tgt)
-    tail = result.losses[-50:]
-    return TrainedScorer(
-        name=name,
-        parameters=count_parameters(model),
-        steps=result.steps,
-        seconds=result.seconds,
-        final_loss=sum(tail) / len(tail),
-        accuracy=accuracy,
-        losses=tuple(result.losses),
-    )
-
-
-def train_scorers(
-    names: Sequence[str] = TRAIN_NAMES, *, threads: int = 1, **overrides: object
-) -> list[TrainedScorer]:
-    """`train_with_scorer` for each name, same seed and data; about 40 s for the defaults."""
-    return [train_with_scorer(name, threads=threads, **overrides) for name in names]
-
-
-def loss_figure(results: Sequence[TrainedScorer], window: int = 25):
-    """Smoothed training loss against step for each scorer (log y), in the scorers' SCORER_STYLES;
+def loss_figure(losses: Mapping[str, Sequence[float]], window: int = 25):
+    """Smoothed training loss against step, one line per scorer (log y, SCORER_STYLES);
     returns the Axes."""
-    steps = list(range(1, len(results[0].losses) + 1))
+    names = list(losses)
+    steps = list(range(1, len(losses[names[0]]) + 1))
     # A marker every `every` steps, each scorer's shifted by a fraction of that, so that lines
     # lying on top of each other (dot and bilinear) still show both kinds of marker.
     every = max(1, len(steps) // 8)
-    styles = {}
-    for k, r in enumerate(results):
-        first = every * (2 * k + 1) // (2 * len(results))
-        styles[r.name] = {**SCORER_STYLES[r.name], "markevery": (first, every)}
+    styles = {
+        name: {**SCORER_STYLES[name], "markevery": (every * (2 * k + 1) // (2 * len(names)), every)}
+        for k, name in enumerate(names)
+    }
     return plots.line_plot(
         None,
         steps,
-        {r.name: moving_average(r.losses, window) for r in results},
+        {name: moving_average(values, window) for name, values in losses.items()},
         xlabel="training step",
         ylabel=f"training loss (mean of {window} steps)",
         title="Digit reversal, one model per scorer",
@@ -456,12 +146,6 @@ FIXED_KEYS = (("A", 0.0, 1.0), ("B", -90.0, 2.0), ("C", -135.0, 1.0))
 KEY_LABELS = ("k",) + tuple(label for label, _, _ in FIXED_KEYS)
 
 
-def polar(angle_deg: float, length: float) -> tuple[float, float]:
-    """The 2-D vector of the given angle (degrees, from the x axis) and length."""
-    angle = math.radians(angle_deg)
-    return (length * math.cos(angle), length * math.sin(angle))
-
-
 @dataclass(frozen=True)
 class LengthAngle:
     """Scores and weights of the query against the moving key k and the fixed keys A, B, C."""
@@ -474,15 +158,11 @@ class LengthAngle:
     cosine_weights: Tensor  # (4,) softmax of cosine / temperature
 
 
-def length_angle(
-    angle_deg: float, length: float, temperature: float = WIDGET_TEMPERATURE
-) -> LengthAngle:
-    """Score the query (along the x axis) against k = polar(angle, length) and the fixed keys."""
-    check_positive_float("temperature", temperature)
+def length_angle(angle_deg: float, length: float) -> LengthAngle:
+    """Score the query (along the x axis) against k (angle in degrees, length) and A, B, C."""
     q = torch.tensor([[WIDGET_QUERY_LENGTH, 0.0]], dtype=torch.float64)  # (1, 2)
-    keys = torch.tensor(
-        [polar(angle_deg, length)] + [polar(a, r) for _, a, r in FIXED_KEYS], dtype=torch.float64
-    )  # (4, 2)
+    polar = [(math.radians(a), r) for a, r in [(angle_deg, length)] + [k[1:] for k in FIXED_KEYS]]
+    keys = torch.tensor([(r * math.cos(a), r * math.sin(a)) for a, r in polar], dtype=torch.float64)
     dots = dot_score(q, keys)[0]  # (4,)
     cosines = cosine_score(q, keys, temperature=1.0)[0]  # (4,)
     return LengthAngle(
@@ -491,17 +171,14 @@ def length_angle(
         dots=dots,
         cosines=cosines,
         dot_weights=torch.softmax(dots, dim=-1),
-        cosine_weights=torch.softmax(cosines / temperature, dim=-1),
+        cosine_weights=torch.softmax(cosines / WIDGET_TEMPERATURE, dim=-1),
     )
 
 
-def length_figure(
-    angles: Sequence[float] = WIDGET_ANGLES, lengths: Sequence[float] = WIDGET_LENGTHS
-):
-    """Weight of the moving key against its angle: dot product (one line per length) and cosine.
-
-    Returns the Figure (two panels).
-    """
+def length_figure():
+    """Two panels, dot product and cosine: the moving key's weight against its angle, one line
+    per length; returns the Figure."""
+    angles, lengths = WIDGET_ANGLES, WIDGET_LENGTHS
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10.0, 3.8), layout="constrained")
@@ -526,11 +203,9 @@ def length_figure(
     return fig
 
 
-def length_angle_explorer(
-    angles: Sequence[float] = WIDGET_ANGLES, lengths: Sequence[float] = WIDGET_LENGTHS
-) -> Explorer:
+def length_angle_explorer() -> Explorer:
     """Widget: move the key's angle and length; see the vectors, dot, cosine and both softmaxes."""
-    angles, lengths = tuple(angles), tuple(lengths)
+    angles, lengths = WIDGET_ANGLES, WIDGET_LENGTHS
     extent = 1.1 * max(max(lengths), WIDGET_QUERY_LENGTH, max(r for _, _, r in FIXED_KEYS))
 
     def render(angle: float, length: float) -> str:
@@ -551,23 +226,13 @@ def length_angle_explorer(
                 size=240,
             ),
             # The two bar charts stacked in one column, so the frame fits the book's width.
-            "<div>"
-            + plots.svg_bars(
-                result.dot_weights,
-                KEY_LABELS,
-                title="softmax(q · k_j)",
-                highlight=dot_top,
-                bar_length=120,
-            )
-            + "</div><div>"
-            + plots.svg_bars(
-                result.cosine_weights,
-                KEY_LABELS,
-                title=f"softmax(cos / {WIDGET_TEMPERATURE:g})",
-                highlight=cos_top,
-                bar_length=120,
-            )
-            + "</div>",
+            "".join(
+                f"<div>{plots.svg_bars(w, KEY_LABELS, title=t, highlight=i, bar_length=120)}</div>"
+                for w, t, i in (
+                    (result.dot_weights, "softmax(q · k_j)", dot_top),
+                    (result.cosine_weights, f"softmax(cos / {WIDGET_TEMPERATURE:g})", cos_top),
+                )
+            ),
             plots.readout(
                 {
                     "angle θ": f"{angle:g}°",
@@ -608,17 +273,12 @@ MEMORY_SIZES = {"B": 32, "h": 8, "T": 512, "S": 512, "d_hidden": 64}
 BREAK_EVEN_ANGLE = 60.0
 
 
-def _exercise_tensors() -> tuple[Tensor, Tensor]:
-    q = torch.tensor([EXERCISE_QUERY], dtype=torch.float64)  # (1, 2)
-    K = torch.tensor(EXERCISE_KEYS, dtype=torch.float64)  # (3, 2)
-    return q, K
-
-
 def check_dot_and_cosine(dot_scores: object, cosines: object) -> Verdict:
     """Exercise 1: the dot products (3,) and cosines (3,) of EXERCISE_QUERY with EXERCISE_KEYS."""
     if dot_scores is None or cosines is None:
         return unanswered()
-    q, K = _exercise_tensors()
+    q = torch.tensor([EXERCISE_QUERY], dtype=torch.float64)  # (1, 2)
+    K = torch.tensor(EXERCISE_KEYS, dtype=torch.float64)  # (3, 2)
     dots = dot_score(q, K)[0]  # (3,)
     q_len, k_len = q.norm(), K.norm(dim=-1)
     expected_cos = dots / (q_len * k_len)
@@ -654,19 +314,13 @@ def check_dot_and_cosine(dot_scores: object, cosines: object) -> Verdict:
     )
 
 
-def additive_memory_reference() -> tuple[int, float]:
-    """Exercise 2's answer: elements of the (B, h, T, S, d_hidden) tensor and its GiB in float32."""
-    s = MEMORY_SIZES
-    elements = s["B"] * s["h"] * s["T"] * s["S"] * s["d_hidden"]
-    return elements, 4 * elements / 2**30
-
-
 def check_additive_memory(elements: object, gib: object) -> Verdict:
     """Exercise 2: additive attention's hidden tensor for MEMORY_SIZES, in elements and GiB."""
     if elements is None or gib is None:
         return unanswered()
     s = MEMORY_SIZES
-    expected, expected_gib = additive_memory_reference()
+    expected = s["B"] * s["h"] * s["T"] * s["S"] * s["d_hidden"]  # one d_hidden-vector per pair
+    expected_gib = 4 * expected / 2**30  # float32
     return all_right(
         compare_number(
             elements,
@@ -700,18 +354,15 @@ def check_additive_memory(elements: object, gib: object) -> Verdict:
 
 def check_break_even_length(answer: object) -> Verdict:
     """Exercise 3: the length at which a key 60 degrees off q ties with a unit key along q."""
-    expected = 1.0 / math.cos(math.radians(BREAK_EVEN_ANGLE))
+    theta = math.radians(BREAK_EVEN_ANGLE)
     return compare_number(
         answer,
-        expected,
+        1.0 / math.cos(theta),
         name="answer",
         what="the break-even length",
         mistakes={
-            "that uses sin; the part of k along q is |k| cos θ": 1.0
-            / math.sin(math.radians(BREAK_EVEN_ANGLE)),
-            "that is cos θ itself; solve |k| cos θ = 1 for |k|": math.cos(
-                math.radians(BREAK_EVEN_ANGLE)
-            ),
+            "that uses sin; the part of k along q is |k| cos θ": 1.0 / math.sin(theta),
+            "that is cos θ itself; solve |k| cos θ = 1 for |k|": math.cos(theta),
             "that took 60 as radians; use math.radians(60)": 1.0 / math.cos(BREAK_EVEN_ANGLE),
             "equal lengths are not enough: at 60° only half of k's length points along q": 1.0,
         },
