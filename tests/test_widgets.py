@@ -374,3 +374,57 @@ def test_execute_notebooks_runs_the_kernel_in_static_mode(tmp_path):
     ]
     tool.execute(nb, cwd=tmp_path, timeout=120)
     assert nb.cells[0].outputs[0]["text"] == "False\n"
+
+
+# --------------------------------------------------------------------------- Colab
+
+
+def install_cell(url: str = "https://github.com/example/transformer-course") -> str:
+    """The install cell tools/stamp_install_cell.py writes for a repository URL."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "tools" / "stamp_install_cell.py"
+    spec = importlib.util.spec_from_file_location("stamp_install_cell_live", path)
+    tool = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = tool
+    spec.loader.exec_module(tool)
+    return tool.install_cell_source(url, "main")
+
+
+@pytest.mark.parametrize("installed", [True, False])
+@pytest.mark.parametrize("on_colab", [True, False])
+def test_install_cell_turns_on_colabs_widget_manager_only_on_colab(
+    monkeypatch, capsys, installed, on_colab
+):
+    """Colab's own widget manager draws ipywidgets 7: each session (installed or not) turns on the
+    custom one that draws 8; anywhere else the cell does not touch google.colab."""
+    import importlib.util
+    import sys
+    import types
+
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    enabled, magics = [], []
+    if on_colab:
+        colab = types.ModuleType("google.colab")
+        colab.output = types.SimpleNamespace(enable_custom_widget_manager=lambda: enabled.append(1))
+        monkeypatch.setitem(sys.modules, "google", types.ModuleType("google"))
+        monkeypatch.setitem(sys.modules, "google.colab", colab)
+        sys.modules["google"].colab = colab
+    else:
+        monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    if not installed:
+        real = importlib.util.find_spec
+        monkeypatch.setattr(
+            importlib.util,
+            "find_spec",
+            lambda name, *a: None if name == "transformer_course" else real(name, *a),
+        )
+    shell = types.SimpleNamespace(run_line_magic=lambda name, line: magics.append(name))
+    code = TransformerManager().transform_cell(install_cell())
+    exec(compile(code, "<install cell>", "exec"), {"get_ipython": lambda: shell})
+    assert enabled == ([1] if on_colab else [])
+    assert magics == ([] if installed else ["pip"])
+    assert capsys.readouterr().out == ""  # ipywidgets 8 is the one loaded here: no restart hint
