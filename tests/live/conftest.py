@@ -185,9 +185,10 @@ def page(browser, lab: LabServer):
 
 
 RUN_JS = """
-async ({stopTag}) => {
+async ({path, stopTag}) => {
   const app = window.jupyterapp;
-  const panel = app.shell.currentWidget;
+  const panel = await app.commands.execute("docmanager:open", {path});  // this notebook's tab
+  app.shell.activateById(panel.id);
   await panel.context.ready;
   await panel.sessionContext.ready;
   const notebook = panel.content;
@@ -217,7 +218,7 @@ def run_notebook(page, lab: LabServer):
     or those above the first cell tagged `stop_tag`, e.g. the timings); fail on an error output."""
 
     def run(name: str, stop_tag: str | None = None, timeout: float = 120) -> None:
-        page.goto(lab.url(f"lab/tree/{name}"))
+        page.goto(lab.url(f"lab/tree/{name}") + "&reset")  # a fresh workspace: no other tabs
         page.wait_for_function(
             "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
             " && window.jupyterapp.shell.currentWidget.content"
@@ -225,7 +226,7 @@ def run_notebook(page, lab: LabServer):
             timeout=timeout * 1000,
         )
         page.set_default_timeout(timeout * 1000)
-        errors = page.evaluate(RUN_JS, {"stopTag": stop_tag})
+        errors = page.evaluate(RUN_JS, {"path": name, "stopTag": stop_tag})
         assert errors == [], f"{name}: cells raised {errors}"
         page.set_default_timeout(30_000)  # from here on each step is one small render
 

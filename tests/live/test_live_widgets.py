@@ -66,8 +66,10 @@ def picture(area) -> str:
 
 
 def wait_picture(area, text: str, timeout: float = 30_000) -> None:
-    """Wait until the picture's SVG text says `text` (the kernel has re-rendered)."""
-    expect(area.locator("svg").first).to_contain_text(text, timeout=timeout)
+    """Wait until the widget shows `text` (the kernel has re-rendered), then check that it is
+    written in the picture (an SVG <text>), not only elsewhere."""
+    expect(area).to_contain_text(text, timeout=timeout)
+    assert text in picture(area), picture(area)
 
 
 def test_demo_explorer_is_live_moves_between_frames_and_reads_typed_input(
@@ -101,3 +103,33 @@ def test_demo_explorer_is_live_moves_between_frames_and_reads_typed_input(
     expect(alert).to_contain_text("expected two numbers like '2, 1', got '7'", timeout=30_000)
     assert picture(area) == "q=-1.5,4 s=1.15 note=mine"
     assert page.blocked == []  # nothing tried to leave 127.0.0.1
+
+
+def test_chapter_1_tiny_example_follows_a_typed_query_and_a_scale_between_frames(
+    page, run_notebook
+):
+    """Chapter 1 in a reader's kernel: every cell above the timings runs, then the tiny example
+    takes a query typed into its box and a scale moved off the precomputed ones."""
+    import torch
+
+    from transformer_course.chapters import ch01_attention as ch
+
+    run_notebook("01_attention.ipynb", stop_tag="nbval-ignore-output")  # the timings: not needed
+    area = widget_area(page, "The tiny example, step by step")
+    wait_picture(area, "output o = (5.77, 4.23)")  # q = (2, 1), s = 1: the cells' numbers
+
+    box = area.get_by_label("Query q")
+    box.fill("-3, 7.5")
+    box.press("Enter")
+    handle = area.locator(".widget-slider [role=slider]").first
+    handle.focus()
+    for _ in range(5):
+        handle.press("ArrowLeft")  # 1.00 -> 0.95: between the frames 0.71 and 1
+    weights = torch.softmax(0.95 * (torch.tensor(ch.TINY_KEYS) @ torch.tensor([-3.0, 7.5])), -1)
+    o = weights @ torch.tensor(ch.TINY_VALUES)
+    wait_picture(area, f"output o = ({o[0]:.2f}, {o[1]:.2f})")
+    texts = area.locator("svg text").all_text_contents()
+    for j in range(3):
+        assert f"v{j + 1}: {float(weights[j]):.2f}" in texts  # the weights next to the values
+    assert area.get_by_text("s = 0.95").count() == 1
+    assert page.blocked == []
