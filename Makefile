@@ -33,7 +33,7 @@ FIND_CHROMIUM = { if [ -n "$${CHROMIUM:-}" ]; then echo "$$CHROMIUM"; \
 	elif [ -x /usr/bin/chromium ]; then echo /usr/bin/chromium; \
 	else command -v chromium || command -v chromium-browser || true; fi; }
 
-.PHONY: help book assets test lint unit slow nbval book-strict browser chromium npm lab notebooks \
+.PHONY: help book assets test lint unit slow nbval book-strict browser live chromium npm lab notebooks \
 	serve bench mutants constraints clean distclean
 
 help: ## this list
@@ -95,7 +95,7 @@ book-strict: $(VENV_STAMP) $(ASSETS_STAMP) ## a fresh build of every page, faili
 
 # --------------------------------------------------------------------------- checks
 
-test: lint unit slow nbval book-strict browser ## everything CI checks (lint, package tests, nbval, strict build, browser)
+test: lint unit slow nbval book-strict browser live ## everything CI checks (lint, package tests, nbval, strict build, browser, live widgets)
 	@echo "make test: all checks passed. The book: $(CURDIR)/$(BUILD_HTML)/index.html"
 
 lint: $(VENV_STAMP) ## ruff check and ruff format --check
@@ -103,10 +103,10 @@ lint: $(VENV_STAMP) ## ruff check and ruff format --check
 	$(BIN)/ruff format --check .
 
 unit: $(VENV_STAMP) ## the package tests, without the slow ones (a quick check while working)
-	$(PY) -m pytest tests --ignore=tests/browser -m "not slow" --durations=10
+	$(PY) -m pytest tests --ignore=tests/browser --ignore=tests/live -m "not slow" --durations=10
 
 slow: $(VENV_STAMP) ## the package tests marked slow (training runs, notebook execution)
-	$(PY) -m pytest tests --ignore=tests/browser -m slow --durations=10
+	$(PY) -m pytest tests --ignore=tests/browser --ignore=tests/live -m slow --durations=10
 
 mutants: $(VENV_STAMP) ## plant bugs in the core modules and check the tests catch every one
 	$(PY) tools/mutants.py
@@ -117,7 +117,7 @@ nbval: $(VENV_STAMP) ## every notebook re-run and compared with its saved output
 	@if [ -z "$(NOTEBOOKS)" ]; then \
 		echo "nbval: notebooks/ has no notebook yet: nothing to validate."; \
 	else \
-		OMP_NUM_THREADS=1 $(PY) -m pytest $(NBVAL_FLAGS) notebooks/; \
+		TRANSFORMER_COURSE_STATIC=1 OMP_NUM_THREADS=1 $(PY) -m pytest $(NBVAL_FLAGS) notebooks/; \
 	fi
 
 chromium:
@@ -147,6 +147,9 @@ chromium:
 # The built book in headless Chromium (Playwright, never `playwright install`).
 browser: $(VENV_STAMP) $(ASSETS_STAMP) chromium ## the built book in headless Chromium (offline, widgets, axe, phone)
 	CHROMIUM=$$($(FIND_CHROMIUM)) $(PY) -m pytest tests/browser
+
+live: $(VENV_STAMP) chromium ## the widgets' live mode: a local JupyterLab driven by Chromium
+	CHROMIUM=$$($(FIND_CHROMIUM)) $(PY) -m pytest tests/live
 
 # --------------------------------------------------------------------------- working on it
 
