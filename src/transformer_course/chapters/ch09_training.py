@@ -21,10 +21,10 @@ from torch import Tensor
 
 from .. import plots
 from .._validation import check_positive_int, check_tensor
-from ..attention import recording_attention
 from ..exercises import Verdict, all_right, as_tensor, compare_number, compare_tensor, unanswered
 from ..measure import moving_average
 from ..model import Transformer, greedy_decode
+from ..recording import recording_attention
 from ..training import (
     BOS,
     EOS,
