@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from common import Section, Target, script_main, table
 
-from transformer_course.model import count_parameters
+from transformer_course.measure import count_parameters
 from transformer_course.training import (
     TARGET_ACCURACY,
     DigitTask,

@@ -10,7 +10,7 @@ from torch import nn
 from transformer_course.chapters import ch02_encoder as ch
 from transformer_course.interop import load_from_torch
 from transformer_course.layers import EncoderLayer
-from transformer_course.model import count_parameters
+from transformer_course.measure import count_parameters
 from transformer_course.widgets import Explorer
 
 matplotlib.use("Agg")

@@ -13,8 +13,7 @@ from matplotlib.colors import to_hex
 
 from transformer_course import plots
 from transformer_course.chapters import ch07_dot_product as ch
-from transformer_course.measure import MemoryTracker, peak_memory
-from transformer_course.model import count_parameters
+from transformer_course.measure import MemoryTracker, count_parameters, peak_memory
 from transformer_course.scoring import SCORER_NAMES, cosine_score, dot_score, make_scorer
 from transformer_course.training import DigitTask, TrainConfig, build_model
 

@@ -35,7 +35,6 @@ from transformer_course.attention import (
     MultiHeadAttention,
     masked_softmax,
     merge_heads,
-    recording_attention,
     scaled_dot_product_attention,
     split_heads,
 )
@@ -49,13 +48,15 @@ from transformer_course.masks import (
     to_torch_mask,
     token_padding_mask,
 )
-from transformer_course.model import Decoder, Encoder, Transformer, count_parameters, greedy_decode
+from transformer_course.measure import count_parameters
+from transformer_course.model import Decoder, Encoder, Transformer, greedy_decode
 from transformer_course.positional import (
     PositionalEncoding,
     frequencies,
     shift_matrix,
     sinusoidal_encoding,
 )
+from transformer_course.recording import recording_attention
 from transformer_course.scoring import (
     AdditiveScore,
     BilinearScore,

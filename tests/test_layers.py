@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch_reference import TOL, assert_matches_torch
 
-from transformer_course.attention import MultiHeadAttention, recording_attention
+from transformer_course.attention import MultiHeadAttention
 from transformer_course.interop import load_from_torch
 from transformer_course.layers import DecoderLayer, EncoderLayer, FeedForward, make_attention
 from transformer_course.masks import (
@@ -24,6 +24,7 @@ from transformer_course.masks import (
     to_key_padding_mask,
     to_torch_mask,
 )
+from transformer_course.recording import recording_attention
 from transformer_course.scoring import AdditiveScore, BilinearScore
 
 D_MODEL, N_HEADS, D_FF = 16, 4, 32

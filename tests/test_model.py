@@ -14,7 +14,8 @@ from torch_reference import assert_matches_torch
 from transformer_course.attention import MultiHeadAttention
 from transformer_course.interop import load_from_torch
 from transformer_course.masks import causal_mask, padding_mask, to_key_padding_mask, to_torch_mask
-from transformer_course.model import Decoder, Encoder, Transformer, count_parameters, greedy_decode
+from transformer_course.measure import count_parameters
+from transformer_course.model import Decoder, Encoder, Transformer, greedy_decode
 from transformer_course.scoring import AdditiveScore
 
 D_MODEL, N_HEADS, D_FF = 16, 4, 32

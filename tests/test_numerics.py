@@ -28,13 +28,13 @@ from torch.testing import assert_close
 from transformer_course.attention import (
     MultiHeadAttention,
     masked_softmax,
-    recording_attention,
     scaled_dot_product_attention,
     split_heads,
 )
 from transformer_course.layers import DecoderLayer, EncoderLayer
 from transformer_course.masks import causal_mask, combine_masks, padding_mask
 from transformer_course.model import Transformer, greedy_decode
+from transformer_course.recording import recording_attention
 
 TOL = {
     torch.float32: {"atol": 1e-5, "rtol": 1e-5},

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from transformer_course.attention import MultiHeadAttention, recording_attention
+from transformer_course.attention import MultiHeadAttention
+from transformer_course.recording import recording_attention
 from transformer_course.scoring import (
     SCORER_NAMES,
     AdditiveScore,

@@ -91,3 +91,16 @@ def test_check_mask_accepts_exactly_the_shapes_that_broadcast():
     for shape in [(4,), (3, 4), (3, 1, 4, 3, 5), (2, 2, 3, 5), (6, 1, 1, 1)]:
         with pytest.raises(ValueError, match="^mask: expected a shape that broadcasts"):
             _validation.check_mask("mask", torch.ones(shape, dtype=torch.bool), target)
+
+
+# The lean core (issue #16): the model's maths fits in 800 lines; checks live in _validation.py,
+# instruments (recording_attention, count_parameters) in recording.py and measure.py.
+CORE_FILES = ("attention.py", "layers.py", "model.py")
+CORE_LINE_BUDGET = 800
+
+
+def test_the_core_modules_stay_within_their_line_budget():
+    package = VALIDATION_FILE.parent
+    lines = {name: len((package / name).read_text().splitlines()) for name in CORE_FILES}
+    assert all(n > 0 for n in lines.values()), lines  # the files were found and read
+    assert sum(lines.values()) <= CORE_LINE_BUDGET, lines

@@ -1,11 +1,6 @@
 """transformer_course: the Transformer from the ground up, proven equal to PyTorch's own."""
 
-from .attention import (
-    MultiHeadAttention,
-    masked_softmax,
-    recording_attention,
-    scaled_dot_product_attention,
-)
+from .attention import MultiHeadAttention, masked_softmax, scaled_dot_product_attention
 from .interop import load_from_torch
 from .layers import DecoderLayer, EncoderLayer, FeedForward
 from .masks import (
@@ -16,8 +11,10 @@ from .masks import (
     to_torch_mask,
     token_padding_mask,
 )
-from .model import Decoder, Encoder, Transformer, count_parameters, greedy_decode
+from .measure import count_parameters
+from .model import Decoder, Encoder, Transformer, greedy_decode
 from .positional import PositionalEncoding, shift_matrix, sinusoidal_encoding
+from .recording import recording_attention
 
 __all__ = [
     "Decoder",

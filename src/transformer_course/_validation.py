@@ -205,12 +205,13 @@ def check_choice(name: str, value: object, choices: Sequence[str]) -> str:
     return value  # type: ignore[return-value]
 
 
-def check_activation(activation: object, choices: dict[str, Callable]) -> Callable:
-    """Check an `activation`: a name among `choices` or a callable; return the callable."""
+def check_activation(activation: object, choices: dict[str, Callable]) -> None:
+    """Check an `activation`: a name among `choices` or a callable."""
     if isinstance(activation, str):
-        return choices[check_choice("activation", activation, list(choices))]
+        check_choice("activation", activation, list(choices))
+        return
     if callable(activation):
-        return activation
+        return
     raise TypeError(
         f"activation: expected one of {list(choices)} or a callable, "
         f"got {type(activation).__name__}"
@@ -305,6 +306,25 @@ def check_attention(
     check_probability("dropout_p", dropout_p)
 
 
+def check_attention_config(
+    d_model: int, n_heads: int, dropout: float, scale: float | None, score: object
+) -> None:
+    """MultiHeadAttention's constructor arguments."""
+    check_positive_int("d_model", d_model)
+    check_positive_int("n_heads", n_heads)
+    if d_model % n_heads != 0:
+        raise ValueError(
+            f"n_heads: expected a divisor of d_model={d_model}, got {n_heads} "
+            f"(d_model % n_heads = {d_model % n_heads})"
+        )
+    check_probability("dropout", dropout)
+    if scale is not None:
+        check_positive_float("scale", scale)
+    if score is not None and not callable(score):
+        # Else the first forward call fails with "'str' object is not callable".
+        raise TypeError(f"score: expected None or a scorer module, got {type(score).__name__}")
+
+
 def check_split_heads(x: Tensor, n_heads: int) -> None:
     """split_heads's arguments."""
     check_tensor("x", x, ndim=3)
@@ -339,6 +359,24 @@ def check_attention_module(
     if mask is not None:
         B, T, S = query.shape[0], query.shape[1], key.shape[1]
         check_mask("mask", mask, (B, self.n_heads, T, S), query.device)
+
+
+def check_feed_forward_config(
+    d_model: int, d_ff: int, dropout: float, activation: object, activations: dict[str, Callable]
+) -> None:
+    """FeedForward's constructor arguments; `activations` are the activations known by name."""
+    check_positive_int("d_model", d_model)
+    check_positive_int("d_ff", d_ff)
+    check_activation(activation, activations)
+    check_probability("dropout", dropout)
+
+
+def check_layer_config(dropout: float, layer_norm_eps: float) -> None:
+    """The constructor arguments an encoder or decoder layer uses itself (the rest reach
+    MultiHeadAttention and FeedForward, which check them)."""
+    check_probability("dropout", dropout)
+    # nn.LayerNorm takes eps <= 0 and returns NaN on a constant row: refuse it here.
+    check_positive_float("layer_norm_eps", layer_norm_eps)
 
 
 def check_feed_forward(self: nn.Module, x: Tensor) -> None:
@@ -419,6 +457,34 @@ def check_transformer(self: nn.Module, src: Tensor, tgt: Tensor) -> None:
     check_tokens("src", src, self.src_vocab, self.max_len, self.src_embed.weight.device)
     check_tokens("tgt", tgt, self.tgt_vocab, self.max_len, self.src_embed.weight.device)
     check_same("tgt", tgt.shape[0], src.shape[0], "batch size equal to src's")
+
+
+def check_transformer_config(
+    src_vocab: int,
+    tgt_vocab: int,
+    d_model: int,
+    max_len: int,
+    pad_id: int,
+    share_embeddings: bool,
+    n_encoder_layers: int | None,
+    n_decoder_layers: int | None,
+) -> None:
+    """Transformer's constructor arguments (the rest are checked by the modules it builds)."""
+    check_positive_int("src_vocab", src_vocab)
+    check_positive_int("tgt_vocab", tgt_vocab)
+    check_positive_int("d_model", d_model)
+    check_positive_int("max_len", max_len)
+    check_token_id("pad_id", pad_id, min(src_vocab, tgt_vocab))
+    if share_embeddings and src_vocab != tgt_vocab:
+        raise ValueError(
+            "share_embeddings: needs src_vocab == tgt_vocab, "
+            f"got src_vocab={src_vocab} and tgt_vocab={tgt_vocab}"
+        )
+    # Checked under their own names: Encoder and Decoder would call either one n_layers.
+    if n_encoder_layers is not None:
+        check_positive_int("n_encoder_layers", n_encoder_layers)
+    if n_decoder_layers is not None:
+        check_positive_int("n_decoder_layers", n_decoder_layers)
 
 
 def check_greedy_decode(

@@ -10,8 +10,6 @@ call makes (MultiHeadAttention's to `scaled_dot_product_attention`) trust their 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -19,12 +17,10 @@ from torch import Tensor, nn
 
 from ._validation import (
     check_attention,
+    check_attention_config,
     check_attention_module,
     check_masked_softmax,
     check_merge_heads,
-    check_positive_float,
-    check_positive_int,
-    check_probability,
     check_split_heads,
     checked,
 )
@@ -138,23 +134,12 @@ class MultiHeadAttention(nn.Module):
         score: nn.Module | None = None,
     ):
         super().__init__()
-        check_positive_int("d_model", d_model)
-        check_positive_int("n_heads", n_heads)
-        if d_model % n_heads != 0:
-            raise ValueError(
-                f"n_heads: expected a divisor of d_model={d_model}, got {n_heads} "
-                f"(d_model % n_heads = {d_model % n_heads})"
-            )
+        check_attention_config(d_model, n_heads, dropout, scale, score)
         self.d_model = d_model
         self.n_heads = n_heads
         self.d_k = d_model // n_heads
-        self.dropout = check_probability("dropout", dropout)
-        self.scale = (
-            1.0 / math.sqrt(self.d_k) if scale is None else check_positive_float("scale", scale)
-        )
-        if score is not None and not callable(score):
-            # Else the first forward call fails with "'str' object is not callable".
-            raise TypeError(f"score: expected None or a scorer module, got {type(score).__name__}")
+        self.dropout = float(dropout)
+        self.scale = 1.0 / math.sqrt(self.d_k) if scale is None else float(scale)
         self.score = score
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # W^Q for all heads at once
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)  # W^K
@@ -207,89 +192,3 @@ class MultiHeadAttention(nn.Module):
         heads = merge_heads(heads)  # (B, T, h * d_k = d_model)
         output = self.out_proj(heads)  # (B, T, d_model)
         return output, (weights if need_weights else None)
-
-
-@contextmanager
-def recording_attention(
-    model: nn.Module, what: str = "weights"
-) -> Iterator[dict[str, Tensor] | dict[str, dict[str, Tensor]]]:
-    """Record what every MultiHeadAttention inside `model` computes or reads.
-
-    Inside the block, each forward call of an attention module stores, under the module's name
-    (the last call wins; the model itself is named "self"):
-
-    - what="weights" (default): its attention weights (B, h, T, S), e.g.
-      ``{"encoder.layers.0.self_attn": ..., "decoder.layers.0.cross_attn": ...}``;
-    - what="inputs": the tensors that entered its projections, ``{"q": ..., "k": ..., "v": ...}``
-      for q_proj, k_proj and v_proj. They are the very objects passed in, not copies, so
-      ``inputs[name]["k"] is memory`` proves where a key came from.
-    """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
-    if not isinstance(what, str):
-        raise TypeError(f"what: expected a str, got {type(what).__name__}")
-    if what not in RECORDABLE:
-        raise ValueError(f"what: expected one of {list(RECORDABLE)}, got {what!r}")
-    modules = [
-        (n or "self", m) for n, m in model.named_modules() if isinstance(m, MultiHeadAttention)
-    ]
-    if what == "inputs":
-        with _recording_projection_inputs(modules) as recorded:
-            yield recorded
-        return
-    recorded: dict[str, Tensor] = {}
-    handles = []
-
-    def keep(name: str):
-        def hook(module: MultiHeadAttention, args, output) -> None:
-            recorded[name] = module.last_weights
-
-        return hook
-
-    # Restore, not reset: an enclosing recording_attention block must keep recording.
-    was_recording = [module.record_weights for _, module in modules]
-    for name, module in modules:
-        module.record_weights = True
-        handles.append(module.register_forward_hook(keep(name)))
-    try:
-        yield recorded
-    finally:
-        for handle in handles:
-            handle.remove()
-        for (_, module), previous in zip(modules, was_recording, strict=True):
-            module.record_weights = previous
-            if not previous:
-                module.last_weights = None
-
-
-# What `recording_attention` can record.
-RECORDABLE = ("weights", "inputs")
-
-
-@contextmanager
-def _recording_projection_inputs(
-    modules: list[tuple[str, MultiHeadAttention]],
-) -> Iterator[dict[str, dict[str, Tensor]]]:
-    """{name: {"q"/"k"/"v": the input of that projection}}, filled by forward hooks.
-
-    The module calls its projections positionally, `q_proj(query)`, so a hook's `args[0]` is the
-    tensor itself, however the module was called.
-    """
-    recorded: dict[str, dict[str, Tensor]] = {}
-
-    def keep(name: str, role: str):
-        def hook(projection: nn.Linear, args: tuple, output: Tensor) -> None:
-            recorded.setdefault(name, {})[role] = args[0]
-
-        return hook
-
-    handles = [
-        getattr(module, f"{role}_proj").register_forward_hook(keep(name, role))
-        for name, module in modules
-        for role in ("q", "k", "v")
-    ]
-    try:
-        yield recorded
-    finally:
-        for handle in handles:
-            handle.remove()

@@ -21,13 +21,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._validation import (
-    check_activation,
     check_decoder_layer,
     check_encoder_layer,
     check_feed_forward,
+    check_feed_forward_config,
+    check_layer_config,
     check_positive_float,
-    check_positive_int,
-    check_probability,
     checked,
 )
 from .attention import MultiHeadAttention
@@ -64,10 +63,9 @@ def make_attention(
         # Checked here so that the error names attn_scale, not the `scale` of MultiHeadAttention.
         check_positive_float("attn_scale", attn_scale)
     attention = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias, scale=attn_scale)
-    if attn_score is None:
-        return attention
-    score = resolve_scorer(attn_score, attention.d_k)
-    attention.score = score  # registered as a sub-module, so its weights train and save
+    if attn_score is not None:
+        # Registered as a sub-module, so its weights train and save.
+        attention.score = resolve_scorer(attn_score, attention.d_k)
     return attention
 
 
@@ -97,38 +95,15 @@ class FeedForward(nn.Module):
         bias: bool = True,
     ):
         super().__init__()
-        check_positive_int("d_model", d_model)
-        check_positive_int("d_ff", d_ff)
+        check_feed_forward_config(d_model, d_ff, dropout, activation, ACTIVATIONS)
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # W_1: d_model -> d_ff
-        self.activation = check_activation(activation, ACTIVATIONS)
-        self.dropout = nn.Dropout(check_probability("dropout", dropout))
+        self.activation = ACTIVATIONS[activation] if isinstance(activation, str) else activation
+        self.dropout = nn.Dropout(float(dropout))
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W_2: d_ff -> d_model
 
     @checked(check_feed_forward)
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
-
-
-def _residual_steps(
-    x: Tensor,
-    sublayer: Callable[[Tensor], Tensor],
-    norm: nn.LayerNorm,
-    norm_first: bool,
-    name: str,
-    i: int,
-) -> Steps:
-    """One residual sub-layer step by step; the last entry is its output.
-
-    post-LN: [name] Sublayer(x), [add_i] x + Sublayer(x), [norm_i] LayerNorm(x + Sublayer(x))
-    pre-LN:  [norm_i] LayerNorm(x), [name] Sublayer(LayerNorm(x)), [add_i] x + Sublayer(...)
-    """
-    if norm_first:
-        h = norm(x)
-        s = sublayer(h)
-        return [(f"norm{i}", h), (name, s), (f"add{i}", x + s)]
-    s = sublayer(x)
-    h = x + s
-    return [(name, s), (f"add{i}", h), (f"norm{i}", norm(h))]
 
 
 class _Layer(nn.Module):
@@ -151,9 +126,8 @@ class _Layer(nn.Module):
         attn_scale: float | None = None,
     ):
         super().__init__()
-        dropout = check_probability("dropout", dropout)
-        # nn.LayerNorm takes eps <= 0 and returns NaN on a constant row: refuse it here.
-        check_positive_float("layer_norm_eps", layer_norm_eps)
+        check_layer_config(dropout, layer_norm_eps)
+        dropout = float(dropout)
         self.d_model = d_model
         self.norm_first = bool(norm_first)
         for name in self.attention_names:
@@ -162,8 +136,24 @@ class _Layer(nn.Module):
         self.ff = FeedForward(d_model, d_ff, dropout, activation, bias)
         for i in range(1, len(self.attention_names) + 2):
             setattr(self, f"norm{i}", nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias))
-        for i in range(1, len(self.attention_names) + 2):
             setattr(self, f"dropout{i}", nn.Dropout(dropout))
+
+    def _steps(self, x: Tensor, sublayers: list[tuple[str, Callable[[Tensor], Tensor]]]) -> Steps:
+        """`forward_steps` of a layer whose residual sub-layers are (name, function), in order."""
+        steps: Steps = [("input", x)]
+        for i, (name, sublayer) in enumerate(sublayers, start=1):
+            norm = getattr(self, f"norm{i}")
+            if self.norm_first:  # x + Sublayer(LayerNorm(x))
+                h = norm(x)
+                s = sublayer(h)
+                x = x + s
+                steps += [(f"norm{i}", h), (name, s), (f"add{i}", x)]
+            else:  # LayerNorm(x + Sublayer(x))
+                s = sublayer(x)
+                h = x + s
+                x = norm(h)
+                steps += [(name, s), (f"add{i}", h), (f"norm{i}", x)]
+        return steps
 
 
 class EncoderLayer(_Layer):
@@ -215,12 +205,9 @@ class EncoderLayer(_Layer):
         Names, pre-LN:  input, norm1, self_attn, add1, norm2, ff, add2.
         Each tensor is (B, T, d_model); the last one equals `forward(x, mask)`.
         """
-        steps: Steps = [("input", x)]
-        steps += _residual_steps(
-            x, lambda h: self._sa_block(h, mask), self.norm1, self.norm_first, "self_attn", 1
+        return self._steps(
+            x, [("self_attn", lambda h: self._sa_block(h, mask)), ("ff", self._ff_block)]
         )
-        steps += _residual_steps(steps[-1][1], self._ff_block, self.norm2, self.norm_first, "ff", 2)
-        return steps
 
 
 class DecoderLayer(_Layer):
@@ -292,12 +279,9 @@ class DecoderLayer(_Layer):
         Names, pre-LN:  input, norm1, self_attn, add1, norm2, cross_attn, add2, norm3, ff, add3.
         Each tensor is (B, T, d_model); the last one equals `forward(...)`.
         """
-        nf = self.norm_first
-        steps: Steps = [("input", y)]
-        steps += _residual_steps(
-            y, lambda h: self._sa_block(h, self_mask), self.norm1, nf, "self_attn", 1
-        )
-        cross = lambda h: self._ca_block(h, memory, memory_mask)  # noqa: E731
-        steps += _residual_steps(steps[-1][1], cross, self.norm2, nf, "cross_attn", 2)
-        steps += _residual_steps(steps[-1][1], self._ff_block, self.norm3, nf, "ff", 3)
-        return steps
+        sublayers = [
+            ("self_attn", lambda h: self._sa_block(h, self_mask)),
+            ("cross_attn", lambda h: self._ca_block(h, memory, memory_mask)),
+            ("ff", self._ff_block),
+        ]
+        return self._steps(y, sublayers)

@@ -1,4 +1,4 @@
-"""What the book measures: time per call, peak memory, attention entropy, smoothed curves.
+"""What the book measures: time per call, peak memory, parameters, attention entropy, curves.
 
 Shared by the chapters and `benchmarks/`, so that a number in the book and a number in
 RESULTS.md come from the same instrument.
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -130,6 +130,16 @@ def peak_memory(fn: Callable[[], object]) -> int:
         result = fn()
     del result
     return tracker.peak_bytes
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Number of parameters of `module` (a tied weight counts once)."""
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
+    return sum(p.numel() for p in module.parameters())
 
 
 # --------------------------------------------------------------------------- attention and curves

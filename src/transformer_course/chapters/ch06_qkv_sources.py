@@ -15,9 +15,10 @@ import torch
 from torch import Tensor
 
 from .. import plots
-from ..attention import MultiHeadAttention, recording_attention
+from ..attention import MultiHeadAttention
 from ..exercises import Verdict, as_tensor, compare_tensor, unanswered
 from ..model import Transformer
+from ..recording import recording_attention
 from ..training import (
     BOS,
     PAD,
