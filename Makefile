@@ -25,6 +25,9 @@ BUILD_HTML := _build/html
 BOOK_FLAGS := -W -n --keep-going
 NBVAL_FLAGS := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=900 \
 	--durations=10
+# Test processes: one per core (pytest-xdist); JOBS=1 runs everything in one process.
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+XDIST := $(if $(filter 1,$(JOBS)),,-n $(JOBS))
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 
@@ -103,10 +106,10 @@ lint: $(VENV_STAMP) ## ruff check and ruff format --check
 	$(BIN)/ruff format --check .
 
 unit: $(VENV_STAMP) ## the package tests, without the slow ones (a quick check while working)
-	$(PY) -m pytest tests --ignore=tests/browser --ignore=tests/live -m "not slow" --durations=10
+	$(PY) -m pytest tests --ignore=tests/browser --ignore=tests/live -m "not slow" $(XDIST) --durations=10
 
 slow: $(VENV_STAMP) ## the package tests marked slow (training runs, notebook execution)
-	$(PY) -m pytest tests --ignore=tests/browser --ignore=tests/live -m slow --durations=10
+	$(PY) -m pytest tests --ignore=tests/browser --ignore=tests/live -m slow $(XDIST) --durations=10
 
 mutants: $(VENV_STAMP) ## plant bugs in the core modules and check the tests catch every one
 	$(PY) tools/mutants.py
@@ -117,7 +120,7 @@ nbval: $(VENV_STAMP) ## every notebook re-run and compared with its saved output
 	@if [ -z "$(NOTEBOOKS)" ]; then \
 		echo "nbval: notebooks/ has no notebook yet: nothing to validate."; \
 	else \
-		TRANSFORMER_COURSE_STATIC=1 OMP_NUM_THREADS=1 $(PY) -m pytest $(NBVAL_FLAGS) notebooks/; \
+		TRANSFORMER_COURSE_STATIC=1 OMP_NUM_THREADS=1 $(PY) -m pytest $(NBVAL_FLAGS) $(if $(XDIST),$(XDIST) --dist loadfile) notebooks/; \
 	fi
 
 chromium:
@@ -146,7 +149,7 @@ chromium:
 
 # The built book in headless Chromium (Playwright, never `playwright install`).
 browser: $(VENV_STAMP) $(ASSETS_STAMP) chromium ## the built book in headless Chromium (offline, widgets, axe, phone)
-	CHROMIUM=$$($(FIND_CHROMIUM)) $(PY) -m pytest tests/browser
+	CHROMIUM=$$($(FIND_CHROMIUM)) $(PY) -m pytest tests/browser $(XDIST)
 
 live: $(VENV_STAMP) chromium ## the widgets' live mode: a local JupyterLab driven by Chromium
 	CHROMIUM=$$($(FIND_CHROMIUM)) $(PY) -m pytest tests/live
