@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 
+import ipywidgets
 import matplotlib
 import numpy as np
 import pytest
 import torch
 
-from transformer_course import examples, measure, scaled_dot_product_attention
+from transformer_course import examples, measure, scaled_dot_product_attention, widgets
 from transformer_course.chapters import ch01_attention as ch
 from transformer_course.notebook import setup
 from transformer_course.widgets import Explorer
@@ -114,6 +115,62 @@ def test_timing_figure_draws_measurements_and_two_distinct_references():
 # --------------------------------------------------------------------------- widgets and figures
 
 
+def test_tiny_explorer_frames_show_the_three_steps_and_the_hull():
+    explorer = ch.tiny_explorer()
+    assert explorer.n_frames == len(ch.TINY_PRESETS) * len(ch.TINY_SCALES)
+    assert len(set(explorer.frames.values())) == explorer.n_frames
+    assert [c.description for c in explorer.controls] == ["Query q", "Scale s"]
+    assert "0.71 (1/√d_k)" in [label for label, _ in explorer.controls[1].options]
+    K, V = torch.tensor(ch.TINY_KEYS), torch.tensor(ch.TINY_VALUES)
+    for query in ch.TINY_PRESETS.values():
+        for scale in ch.TINY_SCALES:
+            a = torch.softmax(scale * (K @ torch.tensor(query)), dim=-1)
+            o = a @ V
+            frame = explorer.frame(query=query, scale=scale)
+            assert f"output o = ({o[0]:.2f}, {o[1]:.2f})" in frame
+            assert all(f"v{j + 1}: {float(a[j]):.2f}" in frame for j in range(3))
+            assert abs(float(o.sum()) - 10) < 1e-4  # on the hull: the segment x + y = 10
+    assert "<polygon" in explorer.frame(query=(2.0, 1.0), scale=1.0)  # the hull is drawn
+    assert "Run this notebook" in explorer.children[-1].value  # the static page's one-line hint
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("2, 1", (2.0, 1.0)), ("(-1.5 3)", (-1.5, 3.0)), (" .5,-2 ", (0.5, -2.0))],
+)
+def test_parse_query_reads_two_numbers(text, expected):
+    assert ch.parse_query(text) == expected
+
+
+@pytest.mark.parametrize("text", ["2", "1, 2, 3", "a, b", "20, 1", "2; 1x", ""])
+def test_parse_query_refuses_anything_else_and_says_so(text):
+    with pytest.raises(ValueError, match="query: expected two numbers in \\[-10, 10\\]"):
+        ch.parse_query(text)
+
+
+@pytest.fixture
+def live(monkeypatch):
+    """Build the explorers as in a reader's kernel."""
+    monkeypatch.setattr(widgets, "live_kernel", lambda: True)
+
+
+def test_tiny_explorer_live_takes_a_typed_query_and_any_scale(live):
+    explorer = ch.tiny_explorer()
+    assert explorer.live
+    query, scale = explorer.controls
+    query.value = "-3, 7.5"
+    scale.value = 0.37  # not among the static scales
+    a = torch.softmax(0.37 * (torch.tensor(ch.TINY_KEYS) @ torch.tensor([-3.0, 7.5])), dim=-1)
+    o = a @ torch.tensor(ch.TINY_VALUES)
+    assert f"output o = ({o[0]:.2f}, {o[1]:.2f})" in explorer.view.value
+    assert "s = 0.37" in explorer.view.value
+    query.value = "seven"
+    assert "query: expected two numbers" in explorer.status.value
+    mark = next(b for b in explorer.children[1].children if isinstance(b, ipywidgets.Button))
+    mark.click()
+    assert scale.value == pytest.approx(2**-0.5, abs=0.01)
+
+
 def test_attention_explorer_frames():
     explorer = ch.attention_explorer()
     assert isinstance(explorer, Explorer)
@@ -130,17 +187,41 @@ def test_attention_explorer_frames():
     assert sum(len(f) for f in explorer.frames.values()) < 400_000
 
 
-def test_saturation_explorer_entropy_falls_with_scale():
-    explorer = ch.saturation_explorer()
-    assert explorer.n_frames == len(ch.SATURATION_SCALES)
+def test_attention_explorer_live_renders_a_scale_between_frames(live):
+    explorer = ch.attention_explorer()
+    explorer.controls[1].value = 3.0
+    assert "All weights at scale 3" in explorer.view.value
+    assert explorer.view.value == explorer.frame(query=0, scale=3.0)
+
+
+def cat_scores():
     X = examples.token_vectors()
     W_Q, W_K, _ = examples.projections()
-    scores = (X @ W_Q)[1] @ (X @ W_K).T  # the raw scores of "cat"
-    entropies = [
-        float(measure.entropy(torch.softmax(s * scores, -1))) for s in ch.SATURATION_SCALES
-    ]
+    return (X @ W_Q)[1] @ (X @ W_K).T  # the raw scores of "cat"
+
+
+def test_saturation_explorer_entropy_and_jacobian_fall_with_scale():
+    explorer = ch.saturation_explorer()
+    assert explorer.n_frames == len(ch.SATURATION_SCALES)
+    weights = [torch.softmax(s * cat_scores(), -1) for s in ch.SATURATION_SCALES]
+    entropies = [float(measure.entropy(a)) for a in weights]
+    norms = [float(torch.linalg.matrix_norm(torch.diag(a) - torch.outer(a, a))) for a in weights]
     assert all(a > b for a, b in zip(entropies, entropies[1:], strict=False))
-    assert f"Entropy {entropies[-1]:.2f} nats" in explorer.frame(scale=ch.SATURATION_SCALES[-1])
+    assert norms[-1] < 0.1 * max(norms)  # saturated: almost no gradient gets through
+    last = explorer.frame(scale=ch.SATURATION_SCALES[-1])
+    assert f"Entropy {entropies[-1]:.2f} nats" in last and f"Jacobian norm {norms[-1]:.3f}" in last
+    assert "‖diag(a) − a aᵀ‖" in last
+
+
+def test_saturation_explorer_live_draws_the_curves_through_any_scale(live):
+    explorer = ch.saturation_explorer()
+    explorer.controls[0].value = 3.3
+    a = torch.softmax(3.3 * cat_scores(), -1)
+    norm = float(torch.linalg.matrix_norm(torch.diag(a) - torch.outer(a, a)))
+    assert (
+        f"Jacobian norm {norm:.3f}" in explorer.view.value
+        and "softmax(3.3 ×" in explorer.view.value
+    )
 
 
 @pytest.fixture

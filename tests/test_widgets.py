@@ -7,7 +7,15 @@ import re
 import ipywidgets as widgets
 import pytest
 
-from transformer_course.widgets import MAX_FRAMES, Control, Explorer, dropdown, slider, toggle
+from transformer_course.widgets import (
+    MAX_FRAMES,
+    Control,
+    Explorer,
+    dropdown,
+    slider,
+    text,
+    toggle,
+)
 
 
 def render_one(scale):
@@ -180,3 +188,243 @@ def test_control_validation(kwargs, match):
     args = {"name": "s", "description": "S", "values": (1, 2), "labels": ("1", "2")} | kwargs
     with pytest.raises(ValueError, match=match):
         Control(**args)
+
+
+# --------------------------------------------------------------------------- live mode (a kernel)
+
+
+def parse_pair(text: str) -> tuple[float, float]:
+    parts = [p for p in text.replace(",", " ").split() if p]
+    if len(parts) != 2:
+        raise ValueError(f'query: expected two numbers like "2, 1", got {text!r}')
+    return float(parts[0]), float(parts[1])
+
+
+def render_live(query, scale, note="static"):
+    return f"<p>q={query[0]:g},{query[1]:g} s={scale:.3f} note={note}</p>"
+
+
+def live_controls():
+    return [
+        dropdown(
+            "query", {"(2, 1)": (2.0, 1.0), "(0, 3)": (0.0, 3.0)}, "Query q", typed=parse_pair
+        ),
+        slider("scale", [0.5, 1.0, 2.0], "Scale", live=(0.05, 4.0, 0.05), marks={"1/√2": 2**-0.5}),
+        text("note", "Note", "static", str.strip),
+    ]
+
+
+def test_live_kernel_is_false_outside_a_kernel_and_in_the_static_environment(monkeypatch):
+    import IPython
+
+    from transformer_course import widgets as w
+
+    monkeypatch.delenv(w.STATIC_ENV, raising=False)
+    assert w.live_kernel() is False  # pytest: no IPython kernel
+    kernel_shell = type("Shell", (), {"kernel": object()})()
+    monkeypatch.setattr(IPython, "get_ipython", lambda: kernel_shell)
+    assert w.live_kernel() is True  # a reader's kernel
+    monkeypatch.setenv(w.STATIC_ENV, "1")
+    assert w.live_kernel() is False  # execute_notebooks.py and nbval
+    monkeypatch.setenv(w.STATIC_ENV, "0")
+    assert w.live_kernel() is True
+    monkeypatch.setattr(IPython, "get_ipython", lambda: type("Terminal", (), {})())
+    assert w.live_kernel() is False  # plain IPython, no kernel: no widgets to drive
+
+
+def test_static_mode_of_a_live_explorer_is_frames_plus_one_hint_line():
+    explorer = Explorer(render_live, live_controls(), title="Demo", live=False)
+    assert explorer.live is False and explorer.view is None
+    assert explorer.n_frames == 6 and repr(explorer) == (
+        "Explorer(Demo: Query q [2] x Scale [3] = 6 frames)"  # text boxes add no frames
+    )
+    assert [type(c) for c in explorer.controls] == [widgets.Dropdown, widgets.SelectionSlider]
+    assert explorer.frame(query=(0.0, 3.0), scale=2.0) == "<p>q=0,3 s=2.000 note=static</p>"
+    assert [label for label, _ in explorer.controls[1].options] == ["0.5", "1.0", "2.0"]
+    hint = explorer.children[-1].value
+    assert "Run this notebook" in hint and "“Scale” to any value" in hint and "Query q" in hint
+    assert hint.count("<span") == 1 and "\n" not in hint  # one line
+    assert isinstance(explorer.children[2], widgets.Stack)
+
+
+def test_static_mode_without_live_controls_has_no_hint_and_is_unchanged():
+    explorer = Explorer(render_one, [slider("scale", [1, 2], "Scale")], title="T", caption="C")
+    kinds = [type(child) for child in explorer.children]
+    assert kinds == [widgets.HTML, widgets.HBox, widgets.Stack, widgets.HTML]
+    assert "Run this notebook" not in explorer.children[-1].value
+    custom = Explorer(render_live, live_controls(), live=False, hint="drag the query")
+    assert custom.children[-1].value.endswith("to drag the query.</span>")
+
+
+def test_marks_name_their_value_in_the_static_labels():
+    control = slider("s", [0.5, 2**-0.5, 1.0], "S", fmt="{:.2f}", live=(0.1, 2, 0.1),
+                     marks={"1/√2": 2**-0.5})  # fmt: skip
+    assert control.labels == ("0.50", "0.71 (1/√2)", "1.00")
+
+
+def test_live_slider_is_continuous_and_renders_a_value_between_frames():
+    calls = []
+
+    def render(query, scale, note):
+        calls.append(scale)
+        return render_live(query, scale, note)
+
+    explorer = Explorer(render, live_controls(), live=True)
+    assert explorer.live and explorer.stack is None and explorer.links == [] and not explorer.frames
+    assert calls == [1.0]  # only the initial frame, nothing precomputed
+    query, scale, note = explorer.controls
+    assert isinstance(scale, widgets.FloatSlider) and (scale.min, scale.max) == (0.05, 4.0)
+    scale.value = 1.35  # not among the static values 0.5, 1, 2
+    assert calls[-1] == 1.35 and "s=1.350" in explorer.view.value
+    assert explorer.frame(query=(1.0, 1.0), scale=3.3) == render_live((1.0, 1.0), 3.3)
+    (button,) = [
+        b for b in explorer.children[0].children if isinstance(b, widgets.Button)
+    ]  # the mark
+    assert button.description == "1/√2"
+    button.click()
+    assert scale.value == pytest.approx(2**-0.5, abs=0.05) and "s=0.7" in explorer.view.value
+
+
+def test_live_typed_dropdown_and_text_box_render_what_was_typed():
+    explorer = Explorer(render_live, live_controls(), live=True)
+    query, _, note = explorer.controls
+    assert isinstance(query, widgets.Combobox) and isinstance(note, widgets.Text)
+    assert query.options == ("(2, 1)", "(0, 3)") and not query.ensure_option
+    query.value = "-1.5, 2"
+    assert "q=-1.5,2 " in explorer.view.value
+    query.value = "(0, 3)"  # an option's label gives its value
+    assert "q=0,3 " in explorer.view.value
+    note.value = "  mine "
+    assert "note=mine" in explorer.view.value and explorer.status.value == ""
+
+
+def test_live_input_that_cannot_be_read_says_why_and_keeps_the_picture():
+    explorer = Explorer(render_live, live_controls(), live=True)
+    before = explorer.view.value
+    explorer.controls[0].value = "2"
+    assert explorer.view.value == before
+    assert "expected two numbers like &quot;2, 1&quot;, got &#x27;2&#x27;" in explorer.status.value
+    assert 'role="alert"' in explorer.status.value
+    explorer.controls[0].value = "3 4"
+    assert explorer.status.value == "" and "q=3,4" in explorer.view.value
+
+
+def test_live_mode_refuses_frames_that_break_the_rules_and_a_broken_start():
+    big = Explorer(lambda s: "x" * int(100 * s), [slider("s", [1, 2], "S", live=(1, 9, 1))],
+                   live=True, max_frame_chars=300)  # fmt: skip
+    big.controls[0].value = 5
+    assert "max_frame_chars=300" in big.status.value and big.view.value == "x" * 100
+    with pytest.raises(ValueError, match="initial values were refused"):
+        Explorer(render_live, [dropdown("query", ["1"], "Q", typed=parse_pair),
+                               slider("scale", [1.0], "S")], live=True)  # fmt: skip
+
+
+def test_live_mode_of_plain_controls_renders_on_index_changes():
+    explorer = Explorer(render_two, [dropdown("token", ["a", "b"], "Token"), toggle("on", "On")],
+                        live=True)  # fmt: skip
+    token, on = explorer.controls
+    assert isinstance(token, widgets.Dropdown) and isinstance(on, widgets.ToggleButtons)
+    on.index = 1
+    token.index = 1
+    assert explorer.view.value == render_two("b", True)
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (
+            lambda: Control("d", "D", (1,), ("1",), "dropdown", live=(0, 1, 0.1)),
+            ValueError,
+            "only on a slider",
+        ),
+        (lambda: slider("s", [1, 2], "S", live=(2, 1, 0.1)), ValueError, "lo < hi"),
+        (lambda: slider("s", [1, 5], "S", live=(0, 2, 0.1)), ValueError, "without"),
+        (lambda: slider("s", [1, 2], "S", marks={"m": 1}), ValueError, "marks: expected only"),
+        (lambda: Control("t", "T", ("x",), ("x",), "text"), TypeError, "parse: expected"),
+        (lambda: text("t", "T", "x", "not callable"), TypeError, "parse: expected a function"),
+        (lambda: Control("g", "G", (0, 1), ("a", "b"), "toggle", parse=str), ValueError, "parse"),
+        (lambda: Explorer(render_live, [text("t", "T", "x", str)]), ValueError, "besides text"),
+    ],
+)
+def test_live_declarations_are_checked(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_execute_notebooks_runs_the_kernel_in_static_mode(tmp_path):
+    """The tool's kernel sees STATIC_ENV: an Explorer there builds frames, not the live view."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    import nbformat
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location(
+        "execute_notebooks_live", root / "tools" / "execute_notebooks.py"
+    )
+    tool = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = tool
+    spec.loader.exec_module(tool)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "from transformer_course.widgets import live_kernel\nprint(live_kernel())"
+        )
+    ]
+    tool.execute(nb, cwd=tmp_path, timeout=120)
+    assert nb.cells[0].outputs[0]["text"] == "False\n"
+
+
+# --------------------------------------------------------------------------- Colab
+
+
+def install_cell(url: str = "https://github.com/example/transformer-course") -> str:
+    """The install cell tools/stamp_install_cell.py writes for a repository URL."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "tools" / "stamp_install_cell.py"
+    spec = importlib.util.spec_from_file_location("stamp_install_cell_live", path)
+    tool = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = tool
+    spec.loader.exec_module(tool)
+    return tool.install_cell_source(url, "main")
+
+
+@pytest.mark.parametrize("installed", [True, False])
+@pytest.mark.parametrize("on_colab", [True, False])
+def test_install_cell_turns_on_colabs_widget_manager_only_on_colab(
+    monkeypatch, capsys, installed, on_colab
+):
+    """Colab's own widget manager draws ipywidgets 7: each session (installed or not) turns on the
+    custom one that draws 8; anywhere else the cell does not touch google.colab."""
+    import importlib.util
+    import sys
+    import types
+
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    enabled, magics = [], []
+    if on_colab:
+        colab = types.ModuleType("google.colab")
+        colab.output = types.SimpleNamespace(enable_custom_widget_manager=lambda: enabled.append(1))
+        monkeypatch.setitem(sys.modules, "google", types.ModuleType("google"))
+        monkeypatch.setitem(sys.modules, "google.colab", colab)
+        sys.modules["google"].colab = colab
+    else:
+        monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    if not installed:
+        real = importlib.util.find_spec
+        monkeypatch.setattr(
+            importlib.util,
+            "find_spec",
+            lambda name, *a: None if name == "transformer_course" else real(name, *a),
+        )
+    shell = types.SimpleNamespace(run_line_magic=lambda name, line: magics.append(name))
+    code = TransformerManager().transform_cell(install_cell())
+    exec(compile(code, "<install cell>", "exec"), {"get_ipython": lambda: shell})
+    assert enabled == ([1] if on_colab else [])
+    assert magics == ([] if installed else ["pip"])
+    assert capsys.readouterr().out == ""  # ipywidgets 8 is the one loaded here: no restart hint

@@ -6,7 +6,9 @@
                                                           # differs from the committed file
 
 Execution: nbclient, kernel `python3`, working directory = the notebook's folder, widget state
-stored in the notebook metadata (the static book renders widgets from it, with no kernel).
+stored in the notebook metadata (the static book renders widgets from it, with no kernel). The
+kernel runs with TRANSFORMER_COURSE_STATIC=1, so every `widgets.Explorer` builds its static mode
+(precomputed frames linked in the browser) rather than the live one a reader's kernel gets.
 
 Normalisation (what would otherwise change on every run):
 - widget model ids (random uuid4 per run) become deterministic ids numbered in order of first
@@ -27,6 +29,7 @@ import copy
 import difflib
 import hashlib
 import json
+import os
 import re
 import shutil
 import sys
@@ -37,6 +40,8 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+
+from transformer_course.widgets import STATIC_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_GLOB = "notebooks/*.ipynb"
@@ -53,7 +58,10 @@ IPY_MODEL = "IPY_MODEL_"
 
 
 def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int) -> nbformat.NotebookNode:
-    """Run every cell of `nb` in a fresh python3 kernel started in `cwd`; returns `nb`."""
+    """Run every cell of `nb` in a fresh python3 kernel started in `cwd`; returns `nb`.
+
+    The kernel's environment says "static" (STATIC_ENV): the widgets precompute their frames.
+    """
     client = NotebookClient(
         nb,
         timeout=timeout,
@@ -64,7 +72,7 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int) -> nbformat.Note
         coalesce_streams=True,
         allow_errors=False,
     )
-    client.execute()
+    client.execute(env={**os.environ, STATIC_ENV: "1"})
     return nb
 
 

@@ -15,7 +15,10 @@ After installing, the cell checks the ipywidgets this session has already import
 its own ipywidgets 7 when the runtime starts, and Python keeps that module even after pip installs
 the ipywidgets 8 the widgets need (`widgets.Stack`). Then it prints one line: restart the runtime
 (Runtime > Restart session) and run the cells again; after the restart the package is found and
-the cell does nothing.
+the cell does nothing. On Colab, every session also turns on Colab's custom widget manager
+(`google.colab.output.enable_custom_widget_manager()`): Colab's built-in one draws ipywidgets 7, and
+the widgets' live mode (sliders and text boxes that a kernel follows) needs 8. Elsewhere
+`google.colab` is never imported, so the cell stays silent.
 
 The cell is tagged `remove-cell`: the book never shows it (it would be an empty, code-only block at
 the top of every chapter, meaningless to someone reading the web page), while the .ipynb file that
@@ -63,7 +66,13 @@ if importlib.util.find_spec("{package}") is None:
             "ipywidgets was upgraded to version {widgets_major}, but this session still runs "
             f"{{loaded.__version__}}: restart the runtime (Runtime > Restart session), then run "
             "the cells again."
-        )"""
+        )
+if "google.colab" in sys.modules:
+    # Colab draws ipywidgets {widgets_major} (the widgets that follow your input) with its custom
+    # widget manager, which each session turns on.
+    from google.colab import output
+
+    output.enable_custom_widget_manager()"""
 
 WITHOUT_URL = """\
 # The chapters import the course package: this says how to install it if it is missing.

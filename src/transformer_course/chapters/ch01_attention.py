@@ -8,6 +8,7 @@ The sentence's hand-made vectors and projections live in `transformer_course.exa
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -131,14 +132,82 @@ def timing_figure(lengths: Sequence[int], attention_ms, gru_ms, d_model: int, th
 
 EXPLORER_SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)
 SATURATION_SCALES = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+TINY_PRESETS = {
+    f"({x:g}, {y:g})": (x, y) for x, y in ((2.0, 1.0), (1.0, 0.0), (-1.0, 1.0), (3.0, 3.0))
+}
+TINY_SCALES = (0.25, 0.5, 2**-0.5, 1.0, 2.0, 4.0)  # 2**-0.5 = 1/sqrt(d_k) for d_k = 2
+
+
+def parse_query(text: str) -> tuple[float, float]:
+    """A typed query "2, 1" (or "2 1", "(2, 1)") -> (2.0, 1.0); ValueError says what came."""
+    q = tuple(float(x) for x in re.findall(r"[-+]?(?:\d+\.?\d*|\.\d+)", text))
+    if len(q) != 2 or max(map(abs, q)) > 10 or re.search(r"[^-+\d.,\s()]", text):
+        raise ValueError(f'query: expected two numbers in [-10, 10] like "2, 1", got {text!r}')
+    return q
+
+
+def values_plane(weights: Tensor, output: Tensor) -> str:
+    """SVG: the tiny example's values (in [0, 10]²) with their weights, their convex hull (grey)
+    and the output o (orange)."""
+    px = [(20 + 15 * x, 172 - 15 * y) for x, y in (*TINY_VALUES, output.tolist())]  # y up
+    o = f"({float(output[0]):.2f}, {float(output[1]):.2f})"
+    label = f"The values v1 (10, 0), v2 (0, 10), v3 (5, 5), their hull, and the output o = {o}"
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="230" height="200" role="img" '
+        f'aria-label="{label}" font-family="{plots.FONT}"><title>{label}</title><polygon points="'
+        + " ".join(f"{x:.1f},{y:.1f}" for x, y in px[:3])
+        + f'" fill="none" stroke="{plots.GREY}" stroke-width="3"/>'
+        + "".join(
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{plots.BLUE}"/><text x="{x - 8:.1f}" '
+            f'y="{y - 8:.1f}" font-size="12" fill="{plots.BLUE}">v{j + 1}: {float(a):.2f}</text>'
+            for j, ((x, y), a) in enumerate(zip(px, weights, strict=False))
+        )
+        + f'<circle cx="{px[3][0]:.1f}" cy="{px[3][1]:.1f}" r="6" fill="{plots.ORANGE}"/>'
+        f'<text x="10" y="194" font-size="13" fill="{plots.DARK}">output o = {o}</text></svg>'
+    )
+
+
+def tiny_explorer() -> Explorer:
+    """Widget 1: the tiny example's three steps for a chosen (live: typed) query and scale."""
+    K, V = torch.tensor(TINY_KEYS), torch.tensor(TINY_VALUES)
+
+    def render(query: tuple[float, float], scale: float) -> str:
+        scores = K @ torch.tensor(query)  # e_j = q . k_j   (3,)
+        weights = torch.softmax(scale * scores, dim=-1)  # a_j   (3,)
+        steps = {"scores q·k_j": ", ".join(f"{float(e):g}" for e in scores)}
+        return plots.frame(
+            plots.svg_bars(weights, ("a₁", "a₂", "a₃"), title="softmax(s × scores)")
+            + plots.readout(steps),
+            values_plane(weights, weights @ V),  # o = sum_j a_j v_j   (2,)
+            caption=f"q = ({query[0]:g}, {query[1]:g}), s = {scale:.3g}: o stays inside the hull.",
+        )
+
+    return Explorer(
+        render,
+        [
+            dropdown("query", TINY_PRESETS, "Query q", typed=parse_query),
+            slider(
+                "scale",
+                TINY_SCALES,
+                "Scale s",
+                fmt="{:.2f}",
+                initial=3,
+                live=(0.05, 5.0, 0.01),
+                marks={"1/√d_k": 2**-0.5},
+            ),
+        ],  # fmt: skip
+        title="The tiny example, step by step",
+        caption="The weights are positive and sum to 1, so o is a weighted average of the values: "
+        "it never leaves their convex hull (the grey segment: v₃ lies between v₁ and v₂).",
+    )
 
 
 def attention_explorer(scales: Sequence[float] = EXPLORER_SCALES) -> Explorer:
-    """Widget 1: pick a query token and a scale; see the heatmap row and its weight bars."""
-    weights_at = {s: sentence_attention(s)[1] for s in scales}
+    """Widget 2: pick a query token and a scale; see the heatmap row and its weight bars."""
 
     def render(query: int, scale: float) -> str:
-        row = weights_at[scale][query]
+        weights = sentence_attention(scale)[1]
+        row = weights[query]
         largest, h = int(row.argmax()), float(entropy(row))
         readout = {
             "largest weight": f"{float(row[largest]):.2f} ({TOKENS[largest]})",
@@ -147,7 +216,7 @@ def attention_explorer(scales: Sequence[float] = EXPLORER_SCALES) -> Explorer:
         }
         return plots.frame(
             plots.svg_heatmap(
-                weights_at[scale], TOKENS, TOKENS, title=f"All weights at scale {scale:g}",
+                weights, TOKENS, TOKENS, title=f"All weights at scale {scale:g}",
                 highlight_row=query,
             ),
             plots.svg_bars(row, TOKENS, title=f"“{TOKENS[query]}” attends to", highlight=largest)
@@ -156,12 +225,11 @@ def attention_explorer(scales: Sequence[float] = EXPLORER_SCALES) -> Explorer:
 
     tokens = {f"{token} ({i + 1})": i for i, token in enumerate(TOKENS)}
     initial = list(scales).index(1.0) if 1.0 in scales else None
+    scale = slider("scale", scales, "Scale s (= 1/temperature)", fmt="{:g}", initial=initial,
+                   live=(0.05, 8.0, 0.05))  # fmt: skip
     return Explorer(
         render,
-        [
-            dropdown("query", tokens, "Query token"),
-            slider("scale", scales, "Scale s (= 1/temperature)", fmt="{:g}", initial=initial),
-        ],
+        [dropdown("query", tokens, "Query token"), scale],
         title="Attention explorer",
         caption=(
             f"“{SENTENCE}” with hand-made vectors. The outlined row of the heatmap is the chosen "
@@ -172,47 +240,48 @@ def attention_explorer(scales: Sequence[float] = EXPLORER_SCALES) -> Explorer:
 
 
 def saturation_explorer(scales: Sequence[float] = SATURATION_SCALES, query: int = 1) -> Explorer:
-    """Widget 2: softmax(scale x scores) of one query as the scale grows: bars, entropy, max."""
-    scales = tuple(scales)
+    """Widget 3: softmax(scale x scores) of one query as the scale grows: bars, entropy, max and
+    the norm of the softmax Jacobian diag(a) - a aᵀ (the gradient that flows back)."""
     X = token_vectors()
     W_Q, W_K, _ = projections()
     scores = (X[query] @ W_Q) @ (X @ W_K).T  # q . k_j for every key j: (7,)
-    weights = torch.stack([torch.softmax(s * scores, dim=-1) for s in scales])  # (n_scales, 7)
-    entropies = entropy(weights)
-    largest = weights.max(dim=-1).values
     max_entropy = math.log(len(TOKENS))
 
     def render(scale: float) -> str:
-        i = scales.index(scale)
-        top = int(weights[i].argmax())
+        grid = sorted({*scales, scale})  # the curves, through the slider's value (live: any)
+        i = grid.index(scale)
+        weights = torch.softmax(torch.tensor(grid)[:, None] * scores, dim=-1)  # (n, 7)
+        jacobians = torch.diag_embed(weights) - weights[:, :, None] * weights[:, None, :]
+        norms = torch.linalg.matrix_norm(jacobians)  # Frobenius norm of each (7, 7) Jacobian
+        entropies, largest = entropy(weights), weights.max(-1).values
+        curve = {"logx": True, "width": 190, "height": 140, "marker": i, "xlabel": "scale"}
         return plots.frame(
-            plots.svg_bars(
-                weights[i], TOKENS, title=f"softmax({scale:g} × scores of “{TOKENS[query]}”)",
-                highlight=top,
-            ),
-            plots.svg_line(
-                scales, entropies, marker=i, title="Entropy", xlabel="scale", ylabel="nats",
-                logx=True, ymin=0.0, ymax=max_entropy, width=190, height=140,
-            ),
-            plots.svg_line(
-                scales, largest, marker=i, title="Largest weight", xlabel="scale",
-                ylabel="weight", logx=True, ymin=0.0, ymax=1.0, width=190, height=140,
-            ),
+            plots.svg_bars(weights[i], TOKENS, highlight=int(weights[i].argmax()),
+                           title=f"softmax({scale:.3g} × scores of “{TOKENS[query]}”)"),
+            plots.svg_line(grid, entropies, title="Entropy", ylabel="nats", ymin=0.0,
+                           ymax=max_entropy, **curve),
+            plots.svg_line(grid, largest, title="Largest weight", ylabel="weight", ymin=0.0,
+                           ymax=1.0, **curve),
+            plots.svg_line(grid, norms, title="‖diag(a) − a aᵀ‖", ylabel="Frobenius norm",
+                           ymin=0.0, **curve),
             caption=(
                 f"Scores of “{TOKENS[query]}”: "
                 + ", ".join(f"{t} {float(x):g}" for t, x in zip(TOKENS, scores, strict=True))
                 + f". Entropy {float(entropies[i]):.2f} nats (uniform: {max_entropy:.2f}), "
-                f"largest weight {float(largest[i]):.2f}."
+                f"largest weight {float(largest[i]):.2f}, Jacobian norm {float(norms[i]):.3f}."
             ),
         )  # fmt: skip
 
+    scale = slider("scale", scales, "Scale s", fmt="{:g}", initial=tuple(scales).index(1.0),
+                   live=(min(scales), max(scales), 0.05))  # fmt: skip
     return Explorer(
         render,
-        [slider("scale", scales, "Scale s", fmt="{:g}", initial=scales.index(1.0))],
+        [scale],
         title="Softmax saturation",
         caption=(
-            "As the scale grows the softmax puts almost all weight on the top score: "
-            "the entropy falls to 0 and the largest weight climbs to 1."
+            "As the scale grows the softmax puts almost all weight on the top score: the entropy "
+            "falls to 0, the largest weight climbs to 1 and the Jacobian, the gradient the scores "
+            "get back, fades to 0."
         ),
     )
 

@@ -1,0 +1,233 @@
+"""Fixtures for the live tests: a local JupyterLab server and a headless Chromium driving it.
+
+The server runs on 127.0.0.1 with a random token, no browser, its own config, data, runtime,
+settings and workspace folders (nothing of the user's is read or written), and the Lab application
+exposed as `window.jupyterapp`, so a test can run cells with its commands. Its kernels run in a
+reader's mode: TRANSFORMER_COURSE_STATIC is removed from their environment, so every
+`widgets.Explorer` builds its live mode. Chromium is Debian's (as in tests/browser), and every
+request that leaves 127.0.0.1 is aborted, so a CDN dependency fails loudly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from transformer_course.widgets import STATIC_ENV
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = ROOT / "notebooks"
+START_TIMEOUT = 60  # seconds for the server to answer; it takes a few here
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+# Lab settings: render every cell of a notebook (no windowing), so a widget far down the page is
+# in the DOM; never ask about news or updates (a pop-up, and a request to the internet).
+LAB_SETTINGS = {
+    "notebook-extension/tracker": {"windowingMode": "none"},
+    "apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
+}
+
+
+def find_chromium() -> str | None:
+    """Path of a Chromium: $CHROMIUM, /usr/bin/chromium, or chromium / chromium-browser on PATH."""
+    env = os.environ.get("CHROMIUM")
+    if env:
+        return env if Path(env).is_file() else None
+    for candidate in ("/usr/bin/chromium", "chromium", "chromium-browser"):
+        found = shutil.which(candidate)
+        if found:
+            return found
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LabServer:
+    """A running JupyterLab: `url(path)` gives an address with the token."""
+
+    def __init__(self, root: Path, port: int, token: str, process: subprocess.Popen, log: Path):
+        self.root, self.port, self.token, self.process, self.log = root, port, token, process, log
+
+    def url(self, path: str = "") -> str:
+        return f"http://127.0.0.1:{self.port}/{path.lstrip('/')}?token={self.token}"
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url("api/status"), timeout=2) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
+    """JupyterLab serving a temporary copy of notebooks/ (the tests never touch the real files)."""
+    base = tmp_path_factory.mktemp("lab")
+    root = base / "notebooks"
+    shutil.copytree(NOTEBOOKS, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    for name, values in LAB_SETTINGS.items():
+        path = base / "settings" / "@jupyterlab" / f"{name}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+    env = {key: value for key, value in os.environ.items() if key != STATIC_ENV}
+    env |= {
+        "JUPYTER_CONFIG_DIR": str(base / "config"),
+        "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
+        "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
+        "IPYTHONDIR": str(base / "ipython"),
+        "OMP_NUM_THREADS": "1",
+    }
+    port, token = free_port(), secrets.token_hex(16)
+    command = [
+        sys.executable, "-m", "jupyterlab",
+        "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
+        "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        "--ServerApp.terminals_enabled=False",
+    ]  # fmt: skip
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        command.append("--allow-root")  # CI runs as root in a container
+    log = base / "server.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    server = LabServer(root, port, token, process, log)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while not server.ready():
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"JupyterLab did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.3)
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    path = find_chromium()
+    if path is None:
+        message = (
+            "Chromium not found (looked at $CHROMIUM, /usr/bin/chromium, chromium-browser). "
+            "Install Debian's package: sudo apt-get install chromium, or set CHROMIUM=/path/to/it."
+        )
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture(scope="session")
+def browser(chromium_path: str):
+    """One headless Chromium for the session (Playwright never downloads a browser here)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=chromium_path, headless=True, args=CHROMIUM_FLAGS
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(browser, lab: LabServer):
+    """A fresh page in which every request that leaves 127.0.0.1 is aborted (and recorded)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    blocked: list[str] = []
+
+    def route(r) -> None:
+        host = urlparse(r.request.url).hostname
+        if r.request.url.startswith(("data:", "blob:")) or host == "127.0.0.1":
+            r.continue_()
+        else:
+            blocked.append(r.request.url)
+            r.abort()
+
+    context.route("**/*", route)
+    page = context.new_page()
+    page.blocked = blocked
+    try:
+        yield page
+    finally:
+        context.close()
+
+
+RUN_JS = """
+async ({path, stopTag}) => {
+  const app = window.jupyterapp;
+  const panel = await app.commands.execute("docmanager:open", {path});  // this notebook's tab
+  app.shell.activateById(panel.id);
+  await panel.context.ready;
+  await panel.sessionContext.ready;
+  const notebook = panel.content;
+  const tags = (cell) => cell.model.getMetadata("tags") || [];
+  const stop = stopTag ? notebook.widgets.findIndex((cell) => tags(cell).includes(stopTag)) : -1;
+  if (stop > 0) {
+    notebook.activeCellIndex = stop;
+    await app.commands.execute("notebook:run-all-above");
+  } else {
+    await app.commands.execute("notebook:run-all-cells");
+  }
+  const errors = [];
+  for (const cell of notebook.widgets) {
+    if (cell.model.type !== "code") continue;
+    for (const output of cell.model.outputs.toJSON()) {
+      if (output.output_type === "error") errors.push(output.ename + ": " + output.evalue);
+    }
+  }
+  return errors;
+}
+"""
+
+
+@pytest.fixture
+def run_notebook(page, lab: LabServer):
+    """`run_notebook(name, stop_tag=None)`: open notebooks/<name> in Lab and run its cells (all,
+    or those above the first cell tagged `stop_tag`, e.g. the timings); fail on an error output."""
+
+    def run(name: str, stop_tag: str | None = None, timeout: float = 120) -> None:
+        page.goto(lab.url(f"lab/tree/{name}") + "&reset")  # a fresh workspace: no other tabs
+        page.wait_for_function(
+            "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
+            " && window.jupyterapp.shell.currentWidget.content"
+            " && window.jupyterapp.shell.currentWidget.content.widgets.length > 0",
+            timeout=timeout * 1000,
+        )
+        page.set_default_timeout(timeout * 1000)
+        errors = page.evaluate(RUN_JS, {"path": name, "stopTag": stop_tag})
+        assert errors == [], f"{name}: cells raised {errors}"
+        page.set_default_timeout(30_000)  # from here on each step is one small render
+
+    return run

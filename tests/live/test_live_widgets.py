@@ -1,0 +1,135 @@
+"""Live widgets in a real browser against a local JupyterLab: values between frames, typed input.
+
+Each test opens a notebook in JupyterLab (see conftest.py), runs it with a kernel in a reader's
+mode, moves a continuous slider with the keyboard to a value that is not among the precomputed
+frames, types into a text box, and reads the new numbers from the SVG text of the picture.
+"""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+from playwright.sync_api import expect
+
+DEMO = """\
+from transformer_course.widgets import Explorer, dropdown, live_kernel, slider, text
+
+
+def parse_pair(text):
+    parts = text.replace(",", " ").split()
+    if len(parts) != 2:
+        raise ValueError(f"query: expected two numbers like '2, 1', got {text!r}")
+    return float(parts[0]), float(parts[1])
+
+
+def render(query, scale, note):
+    return (
+        '<svg role="img" aria-label="demo" width="320" height="30">'
+        f'<text x="4" y="20">q={query[0]:g},{query[1]:g} s={scale:.2f} note={note}</text></svg>'
+    )
+
+
+print("live:", live_kernel())
+Explorer(
+    render,
+    [
+        dropdown("query", {"(2, 1)": (2.0, 1.0)}, "Query q", typed=parse_pair),
+        slider("scale", [0.5, 1.0, 2.0], "Scale s", live=(0.05, 4.0, 0.05)),
+        text("note", "Note", "none", str.strip),
+    ],
+    title="Live demo",
+)
+"""
+
+
+@pytest.fixture
+def demo_notebook(lab) -> str:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(DEMO)]
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, lab.root / "live_demo.ipynb")
+    return "live_demo.ipynb"
+
+
+def widget_area(page, title: str):
+    """The output area of the cell whose widget has this title."""
+    return page.locator(".jp-OutputArea-output", has=page.get_by_text(title, exact=True)).first
+
+
+def picture(area) -> str:
+    """The text of every SVG <text> in the area, joined: what the picture says."""
+    return " ".join(t.strip() for t in area.locator("svg text").all_text_contents())
+
+
+def wait_picture(area, text: str, timeout: float = 30_000) -> None:
+    """Wait until the widget shows `text` (the kernel has re-rendered), then check that it is
+    written in the picture (an SVG <text>), not only elsewhere."""
+    expect(area).to_contain_text(text, timeout=timeout)
+    assert text in picture(area), picture(area)
+
+
+def test_demo_explorer_is_live_moves_between_frames_and_reads_typed_input(
+    page, run_notebook, demo_notebook
+):
+    run_notebook(demo_notebook)
+    assert page.get_by_text("live: True").count() == 1
+    area = widget_area(page, "Live demo")
+    wait_picture(area, "q=2,1 s=1.00 note=none")
+
+    handle = area.locator(".widget-slider [role=slider]").first
+    handle.focus()
+    for _ in range(3):
+        handle.press("ArrowRight")
+    wait_picture(area, "s=1.15")  # between the frames 1 and 2
+    assert picture(area) == "q=2,1 s=1.15 note=none"
+
+    box = area.get_by_label("Query q")  # a combo box
+    box.fill("-1.5, 4")
+    box.press("Enter")
+    wait_picture(area, "q=-1.5,4")
+    note = area.get_by_label("Note")
+    note.fill("mine")
+    note.press("Enter")
+    wait_picture(area, "note=mine")
+    assert picture(area) == "q=-1.5,4 s=1.15 note=mine"
+
+    box.fill("7")  # not a pair: the reason shows, the picture stays
+    box.press("Enter")
+    alert = area.locator("[role=alert]")
+    expect(alert).to_contain_text("expected two numbers like '2, 1', got '7'", timeout=30_000)
+    assert picture(area) == "q=-1.5,4 s=1.15 note=mine"
+    assert page.blocked == []  # nothing tried to leave 127.0.0.1
+
+
+def test_chapter_1_tiny_example_follows_a_typed_query_and_a_scale_between_frames(
+    page, run_notebook
+):
+    """Chapter 1 in a reader's kernel: every cell above the timings runs, then the tiny example
+    takes a query typed into its box and a scale moved off the precomputed ones."""
+    import torch
+
+    from transformer_course.chapters import ch01_attention as ch
+
+    run_notebook("01_attention.ipynb", stop_tag="nbval-ignore-output")  # the timings: not needed
+    area = widget_area(page, "The tiny example, step by step")
+    wait_picture(area, "output o = (5.77, 4.23)")  # q = (2, 1), s = 1: the cells' numbers
+
+    box = area.get_by_label("Query q")
+    box.fill("-3, 7.5")
+    box.press("Enter")
+    handle = area.locator(".widget-slider [role=slider]").first
+    handle.focus()
+    for _ in range(5):
+        handle.press("ArrowLeft")  # 1.00 -> 0.95: between the frames 0.71 and 1
+    weights = torch.softmax(0.95 * (torch.tensor(ch.TINY_KEYS) @ torch.tensor([-3.0, 7.5])), -1)
+    o = weights @ torch.tensor(ch.TINY_VALUES)
+    wait_picture(area, f"output o = ({o[0]:.2f}, {o[1]:.2f})")
+    texts = area.locator("svg text").all_text_contents()
+    for j in range(3):
+        assert f"v{j + 1}: {float(weights[j]):.2f}" in texts  # the weights next to the values
+    assert area.get_by_text("s = 0.95").count() == 1
+    assert page.blocked == []
