@@ -187,6 +187,9 @@ def test_alignment_explorer_live_runs_typed_digits(trained, alignment):
     assert "Layer 2, mean of heads" in explorer.view.value
     explorer.controls[1].index = 0  # head 1 of the same digits
     assert "Layer 2, head 1" in explorer.view.value and "3 2 1" in explorer.view.value
+    box.value = "9 8 7 6 5 4 3 2 1 0"  # the longest the book's text allows (10 digits)
+    assert explorer.status.value == "" and "9 8 7 6 5 4 3 2 1 0" in explorer.view.value
+    box.value = "1 2 3"
     good = explorer.view.value
     for bad, says in [("1 2 x", "digits separated by spaces"), ("12 3", "digits separated"),
                       ("1 2", "3..10 digits"), (" ".join("1" * 11), "3..10 digits")]:  # fmt: skip
