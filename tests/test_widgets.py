@@ -353,19 +353,10 @@ def test_live_declarations_are_checked(make, error, match):
 
 def test_execute_notebooks_runs_the_kernel_in_static_mode(tmp_path):
     """The tool's kernel sees STATIC_ENV: an Explorer there builds frames, not the live view."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
     import nbformat
+    from test_publishing import load_tool
 
-    root = Path(__file__).resolve().parent.parent
-    spec = importlib.util.spec_from_file_location(
-        "execute_notebooks_live", root / "tools" / "execute_notebooks.py"
-    )
-    tool = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = tool
-    spec.loader.exec_module(tool)
+    tool = load_tool("execute_notebooks")
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         nbformat.v4.new_code_cell(
@@ -379,20 +370,6 @@ def test_execute_notebooks_runs_the_kernel_in_static_mode(tmp_path):
 # --------------------------------------------------------------------------- Colab
 
 
-def install_cell(url: str = "https://github.com/example/transformer-course") -> str:
-    """The install cell tools/stamp_install_cell.py writes for a repository URL."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "tools" / "stamp_install_cell.py"
-    spec = importlib.util.spec_from_file_location("stamp_install_cell_live", path)
-    tool = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = tool
-    spec.loader.exec_module(tool)
-    return tool.install_cell_source(url, "main")
-
-
 @pytest.mark.parametrize("installed", [True, False])
 @pytest.mark.parametrize("on_colab", [True, False])
 def test_install_cell_turns_on_colabs_widget_manager_only_on_colab(
@@ -400,13 +377,13 @@ def test_install_cell_turns_on_colabs_widget_manager_only_on_colab(
 ):
     """Colab's own widget manager draws ipywidgets 7: each session (installed or not) turns on the
     custom one that draws 8; anywhere else the cell does not touch google.colab."""
-    import importlib.util
     import sys
     import types
 
-    from IPython.core.inputtransformer2 import TransformerManager
+    # The install cell for a sample URL, run as IPython would with a fake pip.
+    from test_publishing import SAMPLE_URL, run_cell, stamp_tool
 
-    enabled, magics = [], []
+    enabled = []
     if on_colab:
         colab = types.ModuleType("google.colab")
         colab.output = types.SimpleNamespace(enable_custom_widget_manager=lambda: enabled.append(1))
@@ -415,16 +392,12 @@ def test_install_cell_turns_on_colabs_widget_manager_only_on_colab(
         sys.modules["google"].colab = colab
     else:
         monkeypatch.delitem(sys.modules, "google.colab", raising=False)
-    if not installed:
-        real = importlib.util.find_spec
-        monkeypatch.setattr(
-            importlib.util,
-            "find_spec",
-            lambda name, *a: None if name == "transformer_course" else real(name, *a),
+    magics = [
+        name
+        for name, _ in run_cell(
+            stamp_tool().install_cell_source(SAMPLE_URL, "main"), monkeypatch, installed=installed
         )
-    shell = types.SimpleNamespace(run_line_magic=lambda name, line: magics.append(name))
-    code = TransformerManager().transform_cell(install_cell())
-    exec(compile(code, "<install cell>", "exec"), {"get_ipython": lambda: shell})
+    ]
     assert enabled == ([1] if on_colab else [])
     assert magics == ([] if installed else ["pip"])
     assert capsys.readouterr().out == ""  # ipywidgets 8 is the one loaded here: no restart hint

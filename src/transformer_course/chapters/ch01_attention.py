@@ -182,20 +182,12 @@ def tiny_explorer() -> Explorer:
             caption=f"q = ({query[0]:g}, {query[1]:g}), s = {scale:.3g}: o stays inside the hull.",
         )
 
+    scale = slider("scale", TINY_SCALES, "Scale s", fmt="{:.2f}", initial=3,
+                   live=(0.05, 5.0, 0.01), marks={"1/√d_k": 2**-0.5})  # fmt: skip
+    query = dropdown("query", TINY_PRESETS, "Query q", typed=parse_query)
     return Explorer(
         render,
-        [
-            dropdown("query", TINY_PRESETS, "Query q", typed=parse_query),
-            slider(
-                "scale",
-                TINY_SCALES,
-                "Scale s",
-                fmt="{:.2f}",
-                initial=3,
-                live=(0.05, 5.0, 0.01),
-                marks={"1/√d_k": 2**-0.5},
-            ),
-        ],  # fmt: skip
+        [query, scale],
         title="The tiny example, step by step",
         caption="The weights are positive and sum to 1, so o is a weighted average of the values: "
         "it never leaves their convex hull (the grey segment: v₃ lies between v₁ and v₂).",
