@@ -158,6 +158,53 @@ def test_alignment_explorer(alignment):
     assert all(token in frame for token in alignment.source)
 
 
+def test_alignment_explorer_static_has_the_hint_and_no_text_box(trained, alignment):
+    model, task, _ = trained
+    explorer = ch.alignment_explorer(alignment, lambda t: record_alignment(model, task, t), False)
+    assert explorer.n_frames == 10 and explorer.view is None
+    assert "(the reversal)" in explorer.frame(layer=1, head=None)
+    assert "Run this notebook" in explorer.children[-1].value
+    assert "Run this notebook" not in "".join(
+        c.value for c in ch.alignment_explorer(alignment).children if hasattr(c, "value")
+    )  # without record nothing is unlocked: no hint
+
+
+def test_alignment_explorer_live_runs_typed_digits(trained, alignment):
+    model, task, _ = trained
+    calls = []
+
+    def record(text):
+        calls.append(text)
+        return record_alignment(model, task, text)
+
+    explorer = ch.alignment_explorer(alignment, record, live=True)
+    box = explorer.controls[-1]
+    assert box.value == ch.ALIGNMENT_TEXT
+    assert "8 3 6 1 9 0 7 4 (the reversal)" in explorer.view.value
+    box.value = "1 2 3"
+    assert calls[-1] == "1 2 3" and explorer.status.value == ""
+    assert "3 2 1 (the reversal)" in explorer.view.value
+    assert "Layer 2, mean of heads" in explorer.view.value
+    explorer.controls[1].index = 0  # head 1 of the same digits
+    assert "Layer 2, head 1" in explorer.view.value and "3 2 1" in explorer.view.value
+    box.value = "9 8 7 6 5 4 3 2 1 0"  # the longest the book's text allows (10 digits)
+    assert explorer.status.value == "" and "9 8 7 6 5 4 3 2 1 0" in explorer.view.value
+    box.value = "1 2 3"
+    good = explorer.view.value
+    for bad, says in [("1 2 x", "digits separated by spaces"), ("12 3", "digits separated"),
+                      ("1 2", "3..10 digits"), (" ".join("1" * 11), "3..10 digits")]:  # fmt: skip
+        box.value = bad
+        assert says in explorer.status.value and 'role="alert"' in explorer.status.value, bad
+        assert explorer.view.value == good  # the last picture stays
+
+
+def test_alignment_explorer_says_when_the_answer_is_not_the_reversal(alignment):
+    weights = {layer: w[:, :3] for layer, w in alignment.weights.items()}  # (h, 3, S): 3 rows
+    wrong = ch.Alignment(alignment.source, alignment.output[:2] + ["<eos>"], weights)
+    explorer = ch.alignment_explorer(alignment, lambda text: wrong, live=True)
+    assert "8 3 (not the reversal)" in explorer.view.value
+
+
 # --------------------------------------------------------------------------- exercises
 
 

@@ -10,12 +10,13 @@ requirements.txt) and share one computation of its attention per module.
 from __future__ import annotations
 
 import math
+from html import escape
 
 import matplotlib
 import pytest
 import torch
 
-from transformer_course import padding_mask
+from transformer_course import padding_mask, pretrained
 from transformer_course.chapters import ch10_pretrained as ch
 from transformer_course.pretrained import Batch, l2_normalise
 
@@ -210,6 +211,42 @@ def test_head_explorer_has_a_frame_per_head(study):
     assert len(set(explorer.frames.values())) == 72
     assert "Layer 1, head 3" in explorer.frame(layer=0, head=2)
     assert "72 frames" in repr(explorer)
+
+
+def attend(sentence):
+    """The notebook's: one sentence through MiniLM on our encoder, every head's weights."""
+    model, tokenizer = ch.minilm()
+    one = pretrained.tokenize(tokenizer, [sentence])
+    return one.labels(0), pretrained.attention_weights(model, one)[:, 0]  # (L, h, n, n)
+
+
+def test_head_explorer_static_keeps_its_frames_and_adds_the_hint(study):
+    explorer = ch.head_explorer(study, run=attend, live=False)
+    assert explorer.n_frames == 72 and explorer.view is None
+    assert explorer.frames == ch.head_explorer(study).frames  # the sentence alone = in the batch
+    assert "Run this notebook" in explorer.children[-1].value
+    assert "Sentence" in explorer.children[-1].value
+
+
+def test_head_explorer_live_runs_a_typed_sentence(study):
+    explorer = ch.head_explorer(study, run=attend, live=True)
+    box = explorer.controls[-1]
+    assert box.value == ch.SENTENCE and ">mat<" in explorer.view.value
+    box.value = "Transformers tokenize unbelievably"
+    assert explorer.status.value == ""
+    tokens, weights = attend(box.value)
+    assert "##ize" in tokens and len(tokens) > 5  # word pieces, not words
+    assert all(f">{escape(t)}<" in explorer.view.value for t in tokens)
+    assert ">mat<" not in explorer.view.value
+    explorer.controls[0].value, explorer.controls[1].value = 5, 11  # the last layer and head
+    assert "Layer 6, head 12" in explorer.view.value
+    here = ch.sentence_scores(weights[5, 11], tokens)["[CLS]"]
+    assert f"{float(here):.2f}" in explorer.view.value
+    good = explorer.view.value
+    for bad in ("", "word " * 20):
+        box.value = bad
+        assert "sentence: expected 1 to 14 word pieces" in explorer.status.value, bad
+        assert explorer.view.value == good  # the last picture stays
 
 
 def test_pattern_explorer(study):

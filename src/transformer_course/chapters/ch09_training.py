@@ -10,6 +10,7 @@ sequence length, and the exercise checkers.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,7 +22,7 @@ from .. import plots
 from ..exercises import Verdict, all_right, as_tensor, compare_number, compare_tensor, unanswered
 from ..measure import moving_average
 from ..training import BOS, EOS, PAD, TrainConfig, learning_rate
-from ..widgets import Control, Explorer, dropdown
+from ..widgets import Control, Explorer, dropdown, text
 
 # Eight different digits: every source token appears once, so the alignment reads unambiguously.
 ALIGNMENT_TEXT = "4 7 0 9 1 6 3 8"
@@ -139,22 +140,32 @@ def length_figure(accuracy: dict[int, float], trained: tuple[int, int]):
 # --------------------------------------------------------------------------- widget
 
 
-def alignment_explorer(alignment: Alignment) -> Explorer:
+def alignment_explorer(alignment: Alignment, record=None, live: bool | None = None) -> Explorer:
     """Widget: pick a decoder layer and a head (or their mean); see the cross-attention heatmap
-    with the source tokens on x and the produced tokens on y."""
+    with the source tokens on x and the produced tokens on y. With `record` (the notebook's: digit
+    text -> Alignment), a kernel adds a text box that runs any digits through the model; `live`
+    forces the mode (see `widgets.Explorer`)."""
     L, H = alignment.n_layers, alignment.n_heads
-    rows = min(len(alignment.output) - 1, len(alignment.source))  # the digit rows
 
-    def render(layer: int, head: int | None) -> str:
-        m = alignment.matrix(layer, head)
+    def read(digits: str) -> Alignment:
+        if not re.fullmatch(r"\d( \d)*", digits.strip()):
+            raise ValueError(
+                f'digits: expected digits separated by spaces ("3 1 4"), got {digits!r}'
+            )
+        return record(digits.strip())  # task.encode checks the length
+
+    def render(layer: int, head: int | None, digits: Alignment = alignment) -> str:
+        m, rows = digits.matrix(layer, head), min(len(digits.output) - 1, len(digits.source))
         name = "mean of heads" if head is None else f"head {head + 1}"
-        heatmap = plots.svg_heatmap(m, alignment.output, alignment.source,
+        heatmap = plots.svg_heatmap(m, digits.output, digits.source,
                                     title=f"Layer {layer + 1}, {name}",  # short: fits the grid
                                     row_axis="output", col_axis="source", cell=32)  # fmt: skip
+        answer = " ".join(t for t in digits.output if t != "<eos>")
+        right = digits.output == [*reversed(digits.source), "<eos>"]
         readout = {
-            "source": " ".join(alignment.source),
-            "output": " ".join(alignment.output),
-            "most attended": " ".join(alignment.source[int(j)] for j in m.argmax(dim=-1)),
+            "source": " ".join(digits.source),
+            "answer": f"{answer} ({'' if right else 'not '}the reversal)",
+            "most attended": " ".join(digits.source[int(j)] for j in m.argmax(dim=-1)),
             "rows on the mirror": f"{round(mirror_hits(m) * rows)} of {rows}",
             "largest weight, mean": f"{float(m.max(dim=-1).values.mean()):.2f}",
         }
@@ -164,10 +175,12 @@ def alignment_explorer(alignment: Alignment) -> Explorer:
     # Opens on the last layer's mean, where the alignment shows; the reader goes back.
     layer = Control("layer", "Decoder layer", tuple(range(L)), labels, "toggle", L - 1)
     heads = {**{f"head {h + 1}": h for h in range(H)}, "mean of the heads": None}
+    typed = [text("digits", "Digits", " ".join(alignment.source), read)] if record else []
     return Explorer(
         render,
-        [layer, dropdown("head", heads, "Head", initial=H)],
+        [layer, dropdown("head", heads, "Head", initial=H), *typed],
         title="Learned cross-attention",
+        live=live,
         caption=(
             "Rows: the decoder position that produced each output token; columns: the source "
             "digits. Reversal needs the anti-diagonal: the first output copies the last source "
@@ -213,25 +226,13 @@ def check_shift(decoder_input: object, labels: object) -> Verdict:
             )
     exact = {"atol": 0, "rtol": 0}
     return all_right(
-        compare_tensor(
-            decoder_input,
-            tgt[:-1],
-            name="decoder_input",
-            what="the decoder input",
-            hint="drop the last position: tgt[:-1]",
-            **exact,
-        ),  # fmt: skip
-        compare_tensor(
-            labels,
-            tgt[1:],
-            name="labels",
-            what="the labels",
-            hint="drop the first position (<bos>): tgt[1:]",
-            **exact,
-        ),  # fmt: skip
+        compare_tensor(decoder_input, tgt[:-1], name="decoder_input", what="the decoder input",
+                       hint="drop the last position: tgt[:-1]", **exact),
+        compare_tensor(labels, tgt[1:], name="labels", what="the labels",
+                       hint="drop the first position (<bos>): tgt[1:]", **exact),
         message="the decoder reads tgt[:-1] and is scored on tgt[1:]: position t predicts "
         "token t + 1",
-    )
+    )  # fmt: skip
 
 
 def exercise_loss_parts() -> tuple[Tensor, Tensor]:

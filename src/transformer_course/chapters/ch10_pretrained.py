@@ -29,7 +29,7 @@ from ..pretrained import (
     load_tokenizer,
     mean_pool,
 )
-from ..widgets import Explorer, dropdown, slider
+from ..widgets import Explorer, dropdown, slider, text
 
 # --------------------------------------------------------------------------- model and sentences
 
@@ -199,29 +199,39 @@ def similarity_figure(similarity: Tensor, labels: Sequence[str]):
 # --------------------------------------------------------------------------- widgets
 
 
-def head_explorer(study: HeadStudy, sentence: int = 0) -> Explorer:
-    """Widget: pick a layer and a head (72 frames); see its weights on one sentence, its scores."""
-    tokens = study.batch.labels(sentence)
-    n = len(tokens)
-    weights = study.weights[:, sentence, :, :n, :n]  # (L, h, n, n)
-    L, h = weights.shape[:2]
-    here = sentence_scores(weights, tokens)  # pattern -> (L, h), this sentence only
+def head_explorer(study: HeadStudy, sentence: int = 0, run=None, max_tokens=16, live=None):
+    """Widget: pick a layer and a head (72 frames); see its weights on one sentence, its scores.
+    With `run` (sentence -> word pieces, weights (L, h, n, n)) a kernel adds a sentence box."""
+    n = int(study.batch.lengths[sentence])
+    first = (study.batch.labels(sentence), study.weights[:, sentence, :, :n, :n])  # (L, h, n, n)
+    L, h = first[1].shape[:2]
     shown = ("previous token", "next token", "itself", "[CLS]", "[SEP]")
 
-    def render(layer: int, head: int) -> str:
-        title = f"Layer {layer + 1}, head {head + 1}"
-        heatmap = plots.svg_heatmap(weights[layer, head], tokens, tokens, title=title, decimals=1,
-                                    cell=28)  # fmt: skip
-        readout = {f"on {k}": f"{float(here[k][layer, head]):.2f}" for k in shown}
+    def read(words: str) -> tuple[list[str], Tensor]:
+        tokens, weights = run(words)  # [CLS] ... [SEP]: max_tokens of them fit a frame
+        if not 3 <= len(tokens) <= max_tokens:
+            raise ValueError(f"sentence: expected 1 to {max_tokens - 2} word pieces, got "
+                             f"{len(tokens) - 2} in {words!r}")  # fmt: skip
+        return tokens, weights
+
+    def render(layer: int, head: int, words: tuple[list[str], Tensor] = first) -> str:
+        tokens, weights = words
+        here = sentence_scores(weights[layer, head], tokens)  # this head on this sentence
+        heatmap = plots.svg_heatmap(weights[layer, head], tokens, tokens, decimals=1, cell=28,
+                                    title=f"Layer {layer + 1}, head {head + 1}")  # fmt: skip
+        readout = {f"on {k}": f"{float(here[k]):.2f}" for k in shown}
         return plots.frame(heatmap, plots.readout(readout, title="Average weight"))
 
+    typed = [text("words", "Sentence", study.batch.sentences[sentence], read)] if run else []
     return Explorer(
         render,
         [
             slider("layer", range(L), "Layer", labels=[str(i + 1) for i in range(L)], initial=0),
             slider("head", range(h), "Head", labels=[str(j + 1) for j in range(h)], initial=0),
+            *typed,
         ],
         title=f"Every head of all-MiniLM-L6-v2 on “{study.batch.sentences[sentence]}”",
+        live=live,
         caption=(
             "Rows are queries, columns keys; each row sums to 1 (values rounded to 1 decimal). "
             "Right: the average weight this head puts on each kind of key in this sentence."
@@ -356,24 +366,16 @@ def check_sentence_embeddings(answer: object) -> Verdict:
     states, mask = exercise_states()
     expected = l2_normalise(mean_pool(states, mask))
     pooled = mean_pool(states, mask)
-    return compare_tensor(
-        answer,
-        expected,
-        what="the sentence embeddings",
-        mistakes={
-            "the mean ran over the padding too (sentence 2 averaged its pad row)": (
-                l2_normalise(states.mean(dim=1))
-            ),
-            "these are the means, not yet divided by their length (L2 norm)": pooled,
-            "this is the first token's state ([CLS] pooling); this model averages its tokens": (
-                l2_normalise(states[:, 0])
-            ),
-            "the sum over the real tokens, not divided by their number, and not normalised": (
-                (states * mask[:, 0, 0, :, None]).sum(dim=1)
-            ),
-        },
-        hint="average the rows of each sentence's real tokens, then divide by the vector's length",
-    )
+    return compare_tensor(answer, expected, what="the sentence embeddings", mistakes={
+        "the mean ran over the padding too (sentence 2 averaged its pad row)":
+            l2_normalise(states.mean(dim=1)),
+        "these are the means, not yet divided by their length (L2 norm)": pooled,
+        "this is the first token's state ([CLS] pooling); this model averages its tokens":
+            l2_normalise(states[:, 0]),
+        "the sum over the real tokens, not divided by their number, and not normalised":
+            (states * mask[:, 0, 0, :, None]).sum(dim=1),
+    }, hint="average the rows of each sentence's real tokens, then divide by the vector's length",
+    )  # fmt: skip
 
 
 def check_next_token_head(answer: object) -> Verdict:
@@ -403,10 +405,8 @@ def check_next_token_head(answer: object) -> Verdict:
             "you gave indices counted from 0; the figures count layers and heads from 1",
         )
     if not (1 <= layer <= L and 1 <= head <= h):
-        return Verdict.not_yet(
-            "there is no such head",
-            f"layers run from 1 to {L} and heads from 1 to {h}",
-        )
+        return Verdict.not_yet("there is no such head",
+                               f"layers run from 1 to {L} and heads from 1 to {h}")  # fmt: skip
     if (layer - 1, head - 1) == top_heads(scores["previous token"])[0][:2]:
         return Verdict.not_yet(
             "that is the previous-token head",
