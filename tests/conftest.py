@@ -1,9 +1,13 @@
 """Shared fixtures: a seeded torch for every test, float64 helpers for exact identities, one thread
-and torch's plain path for comparisons with torch.nn (opt in with `pytest.mark.usefixtures`)."""
+and torch's plain path for comparisons with torch.nn (opt in with `pytest.mark.usefixtures`), and
+the headless Chromium that tests/browser and tests/live drive."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -65,3 +69,62 @@ def no_torch_fast_path():
     torch.backends.mha.set_fastpath_enabled(False)
     yield
     torch.backends.mha.set_fastpath_enabled(enabled)
+
+
+# --------------------------------------------------------------------------- Chromium
+# Shared by tests/browser (the built book) and tests/live (JupyterLab): Debian's Chromium, driven
+# by Playwright, which never downloads a browser here.
+
+# Headless, and nothing that phones home: with no network, Chromium's background services would
+# otherwise fail (and log) at every start.
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+
+
+def find_chromium() -> str | None:
+    """Path of a Chromium: $CHROMIUM, /usr/bin/chromium, or chromium / chromium-browser on PATH."""
+    env = os.environ.get("CHROMIUM")
+    if env:
+        return env if Path(env).is_file() else None
+    for candidate in ("/usr/bin/chromium", "chromium", "chromium-browser"):
+        found = shutil.which(candidate)
+        if found:
+            return found
+    return None
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    path = find_chromium()
+    if path is None:
+        message = (
+            "Chromium not found (looked at $CHROMIUM, /usr/bin/chromium, chromium-browser). "
+            "Install Debian's package: sudo apt-get install chromium, or set CHROMIUM=/path/to/it."
+        )
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture(scope="session")
+def browser(chromium_path: str):
+    """One headless Chromium for the session; each test opens its own fresh context."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        # launch() gives the browser a fresh, temporary user-data dir (deleted on close).
+        browser = playwright.chromium.launch(
+            executable_path=chromium_path, headless=True, args=CHROMIUM_FLAGS
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()

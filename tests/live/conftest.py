@@ -30,33 +30,12 @@ from transformer_course.widgets import STATIC_ENV
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 START_TIMEOUT = 60  # seconds for the server to answer; it takes a few here
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
 # Lab settings: render every cell of a notebook (no windowing), so a widget far down the page is
 # in the DOM; never ask about news or updates (a pop-up, and a request to the internet).
 LAB_SETTINGS = {
     "notebook-extension/tracker": {"windowingMode": "none"},
     "apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
 }
-
-
-def find_chromium() -> str | None:
-    """Path of a Chromium: $CHROMIUM, /usr/bin/chromium, or chromium / chromium-browser on PATH."""
-    env = os.environ.get("CHROMIUM")
-    if env:
-        return env if Path(env).is_file() else None
-    for candidate in ("/usr/bin/chromium", "chromium", "chromium-browser"):
-        found = shutil.which(candidate)
-        if found:
-            return found
-    return None
 
 
 def free_port() -> int:
@@ -130,35 +109,6 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-
-
-@pytest.fixture(scope="session")
-def chromium_path() -> str:
-    path = find_chromium()
-    if path is None:
-        message = (
-            "Chromium not found (looked at $CHROMIUM, /usr/bin/chromium, chromium-browser). "
-            "Install Debian's package: sudo apt-get install chromium, or set CHROMIUM=/path/to/it."
-        )
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
-
-
-@pytest.fixture(scope="session")
-def browser(chromium_path: str):
-    """One headless Chromium for the session (Playwright never downloads a browser here)."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=chromium_path, headless=True, args=CHROMIUM_FLAGS
-        )
-        try:
-            yield browser
-        finally:
-            browser.close()
 
 
 @pytest.fixture
