@@ -151,20 +151,20 @@ def test_similarity_explorer_frames():
 # --------------------------------------------------------------------------- exercises
 
 
-def test_check_encoding_by_hand():
+def test_check_position_2_encoding():
     w = 10000 ** (-2 / 4)
     right = [math.sin(2), math.cos(2), math.sin(2 * w), math.cos(2 * w)]
-    assert ch.check_encoding_by_hand(right).ok
-    assert not ch.check_encoding_by_hand(None).ok
+    assert ch.check_position_2_encoding(right).ok
+    assert not ch.check_position_2_encoding(None).ok
     swapped = [math.cos(2), math.sin(2), math.cos(2 * w), math.sin(2 * w)]
-    assert "swapped" in ch.check_encoding_by_hand(swapped).reason
+    assert "swapped" in ch.check_position_2_encoding(swapped).reason
     concatenated = [right[0], right[2], right[1], right[3]]
-    assert "concatenated" in ch.check_encoding_by_hand(concatenated).reason
+    assert "concatenated" in ch.check_position_2_encoding(concatenated).reason
     degrees = [f(math.radians(2 * omega)) for omega in (1, w) for f in (math.sin, math.cos)]
-    assert "degrees" in ch.check_encoding_by_hand(degrees).reason
+    assert "degrees" in ch.check_position_2_encoding(degrees).reason
     assert (
         "pair index"
-        in ch.check_encoding_by_hand(ch.encoding_with_dimension_frequencies(3, 4)[2]).reason
+        in ch.check_position_2_encoding(ch.encoding_with_dimension_frequencies(3, 4)[2]).reason
     )
 
 

@@ -270,7 +270,7 @@ def similarity_explorer() -> Explorer:
 # --------------------------------------------------------------------------- exercises
 
 
-def check_encoding_by_hand(answer: object) -> Verdict:
+def check_position_2_encoding(answer: object) -> Verdict:
     """Exercise 1: the encoding of position 2 for d_model = 4 (interleaved), a length-4 vector."""
     t, w1 = 2, BASE ** (-2 / 4)
 
