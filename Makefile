@@ -36,7 +36,7 @@ FIND_CHROMIUM = { if [ -n "$${CHROMIUM:-}" ]; then echo "$$CHROMIUM"; \
 	elif [ -x /usr/bin/chromium ]; then echo /usr/bin/chromium; \
 	else command -v chromium || command -v chromium-browser || true; fi; }
 
-.PHONY: help book assets test lint unit slow nbval book-strict browser live chromium npm lab notebooks \
+.PHONY: help book assets test lint unit slow nbval book-strict browser live chromium npm lab notebooks experiments \
 	serve bench mutants constraints clean distclean
 
 help: ## this list
@@ -176,6 +176,13 @@ bench: $(VENV_STAMP) ## run benchmarks/run_all.py (writes benchmarks/RESULTS.md)
 	else \
 		echo "No benchmarks yet (benchmarks/run_all.py does not exist)."; \
 	fi
+
+# Each module of src/transformer_course/experiments/ runs its grid into results/<name>.json (slow).
+experiments: $(VENV_STAMP) ## re-run the experiments whose results the chapters read (slow: minutes each)
+	@for f in src/transformer_course/experiments/[a-z]*.py; do \
+		m=$$(basename $$f .py); echo "== $$m"; \
+		$(PY) -m transformer_course.experiments.$$m || exit 1; \
+	done
 
 # Exact versions of everything in .venv (minus this package), for `pip install -c constraints.txt`.
 constraints: $(VENV_STAMP) ## re-pin constraints.txt from .venv
