@@ -18,6 +18,15 @@ slider handles and controls, alt text on every figure, a name on every SVG, colo
 text (code, captions, self-check verdicts, widget frames), landmarks, headings. No rule is switched
 off; a page passes with zero violations.
 
+Colour contrast depends only on a text's colour, its background, its size and weight, so each
+syntax-highlighting token style is checked once per page: before axe runs, repeated code tokens
+(same class, same computed style) are replaced by their text, which then takes the code block's own
+colour (checked too). A chapter has about 5,000 such tokens and they were most of axe's time.
+
+The architecture diagrams (inline SVG, see tools/book_ext.py) are checked on the same load: each is
+visible, named, text as text, with tensor shapes; a screenshot of each in both themes goes to
+_build/screenshots/. The map's links are checked in the HTML and one real click navigates.
+
 Run after `make book`; skipped only if the book has not been built.
 """
 
@@ -55,6 +64,17 @@ SHOWN = (
     ".widget-label-basic, .widget-valid"
 )
 SKIP_DIRS = {"_static", "_sources", "_images", "_sphinx_design_static"}
+DIAGRAM = ".tc-diagram svg"
+# page -> how many diagrams it shows (the map, and each chapter's own diagram); others show none
+DIAGRAMS = {
+    "book/intro.html": 1,
+    "notebooks/01_attention.html": 2,
+    "notebooks/02_encoder.html": 2,
+    "notebooks/03_decoder.html": 2,
+    "notebooks/04_multi_head_attention.html": 2,
+    "notebooks/05_positional_encoding.html": 2,
+    "notebooks/06_qkv_sources.html": 2,
+}
 
 
 def book_pages() -> list[str]:
@@ -352,6 +372,59 @@ def set_theme(page, mode: str) -> None:
     page.wait_for_timeout(50)
 
 
+def collapse_repeated_code_tokens(page) -> int:
+    """Replace every repeated syntax-highlighting token (same class, same computed style, same
+    parent) by its text, so axe measures each token style once; returns how many were replaced."""
+    return page.evaluate(
+        """() => {
+            // Read every style first, then change the page: a read after a change would make
+            // the browser recompute the styles each time.
+            const spans = Array.from(document.querySelectorAll(".highlight pre span"))
+                .filter((el) => !el.children.length);
+            const keys = spans.map((el) => {
+                const s = getComputedStyle(el);
+                return [el.className, el.parentElement.tagName, s.color, s.backgroundColor,
+                    s.fontSize, s.fontWeight, s.fontStyle].join("|");
+            });
+            const seen = new Set();
+            let replaced = 0;
+            spans.forEach((el, i) => {
+                if (seen.has(keys[i])) {
+                    el.replaceWith(document.createTextNode(el.textContent));
+                    replaced++;
+                } else {
+                    seen.add(keys[i]);
+                }
+            });
+            return replaced;
+        }"""
+    )
+
+
+def check_diagrams(page, rel: str) -> None:
+    """The page shows the diagrams it should, inline, visible and named, their text as text."""
+    svgs = page.locator(DIAGRAM)
+    assert svgs.count() == DIAGRAMS.get(rel, 0), f"{rel}: {svgs.count()} diagrams"
+    assert page.locator('.bd-article img[src*="diagrams"]').count() == 0, f"{rel}: <img> diagram"
+    for i in range(svgs.count()):
+        svg = svgs.nth(i)
+        assert svg.is_visible(), f"{rel} diagram {i}: hidden"
+        name = svg.get_attribute("aria-label") or ""
+        assert len(name.split()) >= 12, f"{rel} diagram {i}: accessible name {name!r}"
+        assert svg.get_attribute("role") in ("img", "group")
+        box = svg.bounding_box()
+        assert box and box["width"] > 300 and box["height"] > 100, f"{rel} diagram {i}: {box}"
+        text = svg.text_content()  # text is text: the page's own text includes the shapes
+        assert "(B, " in text or "(T, " in text, f"{rel} diagram {i}: no tensor shape as text"
+
+
+def screenshot_diagrams(page, rel: str, mode: str, screenshot_dir: Path) -> None:
+    stem = rel.removesuffix(".html").replace("/", "__")
+    for i in range(page.locator(".tc-diagram").count()):
+        shot = screenshot_dir / f"diagram__{stem}__{i}__{mode}.png"
+        page.locator(".tc-diagram").nth(i).screenshot(path=str(shot))
+
+
 # --------------------------------------------------------------------------- tests
 
 
@@ -417,6 +490,42 @@ def test_every_figure_says_what_it_shows():
     assert not bad, f"{len(bad)} figures without a describing alt text: {bad[:10]}"
 
 
+class _MapLinks(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a" and dict(attrs).get("data-doc"):
+            self.links.append(dict(attrs))
+
+
+def test_map_links_reach_their_chapters():
+    """Each block of the map on the introduction links to its chapter's page, named for it."""
+    parser = _MapLinks()
+    parser.feed(page_source("book/intro.html"))
+    targets = {}
+    for link in parser.links:
+        assert (link.get("aria-label") or "").startswith("Chapter "), link
+        path = (BUILD / "book" / unquote(urlsplit(link["href"] or "").path)).resolve()
+        assert path == (BUILD / f"{link['data-doc']}.html").resolve(), link
+        assert path.is_file(), f"the map links to a missing page: {link}"
+        targets[link["data-doc"]] = path
+    assert len(targets) == 9, f"the map links to {sorted(targets)}"
+
+
+def test_a_click_on_the_map_navigates(browser, book_url: str):
+    """A real click on a block of the map follows its link (an <img> would swallow it)."""
+    page, probe = open_page(browser, book_url + "book/intro.html", (book_url,))
+    try:
+        page.locator(f'{DIAGRAM} a[data-doc="notebooks/04_multi_head_attention"]').click()
+        page.wait_for_url("**/notebooks/04_multi_head_attention.html")
+        assert page.locator("h1").count() >= 1
+    finally:
+        page.context.close()
+    assert not probe.non_local, f"non-local requests: {probe.non_local}"
+
+
 @pytest.mark.parametrize("rel", PAGES)
 def test_page(rel: str, browser, book_url: str, screenshot_dir: Path):
     """One load per page: it renders offline (maths, widgets) with no console error and no
@@ -428,18 +537,22 @@ def test_page(rel: str, browser, book_url: str, screenshot_dir: Path):
         wait_for_maths(page, rel, probe)
         if has_maths(rel):
             assert page.locator("mjx-container").count() > 0, f"{rel}: maths not rendered"
+        check_diagrams(page, rel)
         shot = screenshot_dir / (rel.removesuffix(".html").replace("/", "__") + ".png")
         page.screenshot(path=str(shot), full_page=True)
+        failures = exercise_widgets(page, rel) if n_widgets else []
+        collapse_repeated_code_tokens(page)
         set_theme(page, "light")
+        screenshot_diagrams(page, rel, "light", screenshot_dir)
         report = {"light": axe_violations(page)}
         # The theme changes colours only: in the dark one, the colour rules are what can change.
         # MathJax's glyphs take the text colour of their paragraph, which the rules check there.
         set_theme(page, "dark")
+        screenshot_diagrams(page, rel, "dark", screenshot_dir)
         report["dark"] = axe_violations(
             page, ["color-contrast", "link-in-text-block"], exclude=("mjx-container",)
         )
         set_theme(page, "light")
-        failures = exercise_widgets(page, rel) if n_widgets else []
         page.wait_for_timeout(200)  # let late console messages and requests arrive
     finally:
         page.context.close()
@@ -483,56 +596,62 @@ def test_the_accessibility_check_can_fail(browser):
 PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True}
 
 
-def test_pages_fit_a_phone(browser, book_url: str, screenshot_dir: Path):
-    """At 390 px wide no page scrolls sideways and nothing is cut off: what is wider (code cells,
-    wide tables) scrolls inside its own box, widget frames shrink to fit, inline code and links
-    wrap."""
+@pytest.mark.parametrize("rel", PAGES)
+def test_page_fits_a_phone(rel: str, browser, book_url: str, screenshot_dir: Path):
+    """At 390 px wide the page does not scroll sideways and nothing is cut off: what is wider
+    (code cells, wide tables, a diagram) scrolls inside its own box, widget frames shrink to fit,
+    inline code and links wrap."""
     context = browser.new_context(**PHONE)
-    too_wide = {}
     try:
-        for rel in PAGES:
-            page = context.new_page()
-            probe = Probe((book_url,))
-            page.route("**/*", probe.route)
-            page.goto(book_url + rel)
-            wait_for_widgets(page, rel, probe)
-            wait_for_maths(page, rel, probe)
-            found = page.evaluate(
-                """() => {
-                    const width = document.documentElement.clientWidth;
-                    // Only a box the reader can scroll makes wide content reachable: one that
-                    // hides its overflow cuts the content off.
-                    const scrolls = (el) => ["auto", "scroll"]
-                        .includes(getComputedStyle(el).overflowX);
-                    const clipped = (el) => {
-                        for (let p = el.parentElement; p; p = p.parentElement) {
-                            if (scrolls(p)) return true;
-                        }
-                        return false;
-                    };
-                    const out = Array.from(document.querySelectorAll("article *")).filter((el) => {
-                        const box = el.getBoundingClientRect();
-                        // MathJax's assistive MathML is clipped on purpose (screen readers only).
-                        return box.width > 0 && box.right > width + 1 && !clipped(el)
-                            && !el.closest("mjx-assistive-mml");
-                    });
-                    return {
-                        page: document.scrollingElement.scrollWidth - width,
-                        examples: out.slice(0, 3).map((el) => el.tagName + " " +
-                            (el.textContent || "").trim().slice(0, 40)),
-                    };
-                }"""
-            )
-            if found["page"] > 1 or found["examples"]:
-                too_wide[rel] = found
-            if rel.startswith("notebooks/05"):  # a widget on a phone, for a person to look at
-                page.locator(".widget-subarea").first.scroll_into_view_if_needed()
-                page.screenshot(path=str(screenshot_dir / "phone__05_positional_encoding.png"))
-            assert not probe.problems(), f"{rel} on a phone: {probe.problems()}"
-            page.close()
+        page = context.new_page()
+        probe = Probe((book_url,))
+        page.route("**/*", probe.route)
+        page.goto(book_url + rel)
+        wait_for_widgets(page, rel, probe)
+        wait_for_maths(page, rel, probe)
+        found = page.evaluate(
+            """() => {
+                const width = document.documentElement.clientWidth;
+                // Only a box the reader can scroll makes wide content reachable: one that
+                // hides its overflow cuts the content off.
+                const scrolls = (el) => ["auto", "scroll"]
+                    .includes(getComputedStyle(el).overflowX);
+                const clipped = (el) => {
+                    for (let p = el.parentElement; p; p = p.parentElement) {
+                        if (scrolls(p)) return true;
+                    }
+                    return false;
+                };
+                const out = Array.from(document.querySelectorAll("article *")).filter((el) => {
+                    const box = el.getBoundingClientRect();
+                    // MathJax's assistive MathML is clipped on purpose (screen readers only).
+                    return box.width > 0 && box.right > width + 1 && !clipped(el)
+                        && !el.closest("mjx-assistive-mml");
+                });
+                // A diagram sits in its own scrolling box, which itself fits the screen.
+                const boxes = Array.from(document.querySelectorAll(".tc-diagram-scroll"));
+                return {
+                    page: document.scrollingElement.scrollWidth - width,
+                    examples: out.slice(0, 3).map((el) => el.tagName + " " +
+                        (el.textContent || "").trim().slice(0, 40)),
+                    diagram_boxes_too_wide: boxes
+                        .filter((b) => b.getBoundingClientRect().right - width > 1).length,
+                    diagram_boxes_not_scrolling: boxes
+                        .filter((b) => getComputedStyle(b).overflowX !== "auto").length,
+                };
+            }"""
+        )
+        if rel.startswith("notebooks/05"):  # a widget on a phone, for a person to look at
+            page.locator(".widget-subarea").first.scroll_into_view_if_needed()
+            page.screenshot(path=str(screenshot_dir / "phone__05_positional_encoding.png"))
+        if rel == "book/intro.html":  # the map on a phone, for a person to look at
+            page.locator(".tc-diagram").first.scroll_into_view_if_needed()
+            page.screenshot(path=str(screenshot_dir / "phone__diagram_map.png"))
     finally:
         context.close()
-    assert not too_wide, f"pages wider than a phone: {too_wide}"
+    assert found["page"] <= 1 and not found["examples"], f"{rel} is wider than a phone: {found}"
+    assert not found["diagram_boxes_too_wide"] and not found["diagram_boxes_not_scrolling"], found
+    assert not probe.problems(), f"{rel} on a phone: {probe.problems()}"
 
 
 def test_page_works_from_file_url(browser):
