@@ -207,6 +207,13 @@ def test_loss_figure_draws_every_run_and_their_mean_per_scorer():
     assert list(mean_line.get_ydata()) == [2.0, 3.0, 5.0, 7.0]
 
 
+def test_runs_plot_labels_log_minor_ticks_in_plain_numbers():
+    ax = plots.runs_plot(None, [1, 2], {"dot": [[0.4, 3.0]]}, xlabel="x", ylabel="y", logy=True)
+    ax.figure.canvas.draw()
+    labels = [t.get_text() for t in ax.yaxis.get_minorticklabels() if t.get_text()]
+    assert "0.5" in labels and "2" in labels and not any("e" in t for t in labels)
+
+
 def test_runs_plot_refuses_runs_of_the_wrong_length():
     with pytest.raises(ValueError, match=r"runs\['dot'\]: expected runs of 3 values"):
         plots.runs_plot(None, [1, 2, 3], {"dot": [[1.0, 2.0]]}, xlabel="x", ylabel="y")

@@ -878,6 +878,13 @@ def runs_plot(
         means[f"{name} (mean of {matrix.shape[0]})"] = matrix.mean(axis=0)
     looks = {f"{name} (mean of {len(runs[name])})": styles.get(name, {}) for name in runs}
     ax = line_plot(ax, x, means, styles=looks, **line_plot_kwargs)
+    if line_plot_kwargs.get("logy"):
+        # Curves spanning about a decade need labelled minor ticks: plain "0.5", not 5e-1.
+        def some_minor(value: float, _position: int) -> str:
+            lead = round(value / 10 ** math.floor(math.log10(value)))
+            return f"{value:g}" if lead in (2, 3, 5) else ""
+
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(some_minor))
     for line, name in zip(ax.get_lines(), runs, strict=True):
         for ys in runs[name]:
             ax.plot(x, ys, color=line.get_color(), linewidth=0.7, alpha=0.35, zorder=1)
