@@ -13,6 +13,7 @@ from matplotlib.colors import to_hex
 
 from transformer_course import plots
 from transformer_course.chapters import ch07_dot_product as ch
+from transformer_course.experiments import scorers
 from transformer_course.measure import MemoryTracker, count_parameters, peak_memory
 from transformer_course.scoring import SCORER_NAMES, cosine_score, dot_score, make_scorer
 from transformer_course.training import DigitTask, TrainConfig, build_model
@@ -175,7 +176,7 @@ def expected_look(name: str) -> tuple:
 def test_scorer_styles_are_distinct_readable_and_cover_every_scorer():
     """Each scorer is told apart by more than colour, and every colour reads on white (>= 3:1)."""
     assert set(ch.SCORER_STYLES) == set(ch.MEASURE_NAMES) >= set(SCORER_NAMES)
-    assert set(ch.TRAIN_NAMES) == set(SCORER_NAMES)
+    assert set(scorers.SCORES) == set(SCORER_NAMES)
     for name, style in ch.SCORER_STYLES.items():
         assert plots.contrast_ratio(style["color"], "#ffffff") >= 3.0, name
     markers = [style["marker"] for style in ch.SCORER_STYLES.values()]
@@ -186,24 +187,45 @@ def test_scorer_styles_are_distinct_readable_and_cover_every_scorer():
             assert a["linestyle"] != b["linestyle"]
 
 
-def test_loss_figure_styles_scorers_and_staggers_their_markers():
-    ax = ch.loss_figure({"dot": [2.0] * 80, "bilinear": [2.0] * 80}, window=5)
-    dot, bilinear = ax.get_lines()
+def test_loss_figure_draws_every_run_and_their_mean_per_scorer():
+    ax = ch.loss_figure({"dot": [[2.0] * 80] * 2, "bilinear": [[2.0] * 80] * 3}, window=5)
+    dot, bilinear = ax.get_lines()[:2]  # the means come first, in the legend
     assert look(dot) == expected_look("dot") and look(bilinear) == expected_look("bilinear")
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "dot (mean of 2)",
+        "bilinear (mean of 3)",
+    ]
     # Identical curves, yet their markers fall on different steps, so both stay visible.
     assert dot.get_markevery() == (2, 10) and bilinear.get_markevery() == (7, 10)
-    # the running mean of the losses is what is drawn
-    rising = ch.loss_figure({"additive": [1.0, 3.0, 5.0, 7.0]}, window=2)
-    assert list(rising.get_lines()[0].get_ydata()) == [1.0, 2.0, 4.0, 6.0]
+    runs = ax.get_lines()[2:]
+    assert len(runs) == 5 and all(r.get_color() == dot.get_color() for r in runs[:2])
+    # the running mean of each run is drawn, and the mean of those runs on top
+    rising = ch.loss_figure({"additive": [[1.0, 3.0, 5.0, 7.0], [3.0, 5.0, 7.0, 9.0]]}, window=2)
+    mean_line, first, second = rising.get_lines()
+    assert list(first.get_ydata()) == [1.0, 2.0, 4.0, 6.0]
+    assert list(second.get_ydata()) == [3.0, 4.0, 6.0, 8.0]
+    assert list(mean_line.get_ydata()) == [2.0, 3.0, 5.0, 7.0]
+
+
+def test_runs_plot_labels_log_minor_ticks_in_plain_numbers():
+    ax = plots.runs_plot(None, [1, 2], {"dot": [[0.4, 3.0]]}, xlabel="x", ylabel="y", logy=True)
+    ax.figure.canvas.draw()
+    labels = [t.get_text() for t in ax.yaxis.get_minorticklabels() if t.get_text()]
+    assert "0.5" in labels and "2" in labels and not any("e" in t for t in labels)
+
+
+def test_runs_plot_refuses_runs_of_the_wrong_length():
+    with pytest.raises(ValueError, match=r"runs\['dot'\]: expected runs of 3 values"):
+        plots.runs_plot(None, [1, 2, 3], {"dot": [[1.0, 2.0]]}, xlabel="x", ylabel="y")
 
 
 def test_train_settings_build_the_chapters_model():
-    config = TrainConfig(**ch.TRAIN_SETTINGS, model_kwargs={"attn_score": "additive"})
+    config = TrainConfig(**scorers.SETTINGS, model_kwargs={"attn_score": "additive"})
     model = build_model(DigitTask(), config)
-    scorers = [m.score for m in model.modules() if getattr(m, "score", None) is not None]
-    assert len(scorers) == 3  # one layer: encoder self, decoder self, cross
+    in_model = [m.score for m in model.modules() if getattr(m, "score", None) is not None]
+    assert len(in_model) == 3  # one layer: encoder self, decoder self, cross
     d_k = config.d_model // config.n_heads
-    assert all(count_parameters(s) == 2 * d_k * d_k + d_k for s in scorers)
+    assert all(count_parameters(s) == 2 * d_k * d_k + d_k for s in in_model)
 
 
 # --------------------------------------------------------------------------- length and angle
@@ -240,6 +262,65 @@ def test_length_figure_and_explorer():
     assert "<svg" in frame and "q · k" in frame and "1.50" in frame
     long_frame = explorer.frame(angle=45, length=3.0)
     assert "Largest weight: k under the dot product, A under the cosine" in long_frame
+
+
+def test_length_angle_takes_a_temperature_and_a_query_length():
+    hot = ch.length_angle(45, 1.0, temperature=0.1, query_length=3.0)
+    assert float(hot.dots[0]) == pytest.approx(3.0 * math.cos(math.radians(45)))
+    expected = torch.softmax(hot.cosines / 0.1, dim=-1)
+    torch.testing.assert_close(hot.cosine_weights, expected)
+    # a longer query sharpens the dot-product weights; the cosines do not change
+    cool = ch.length_angle(45, 1.0)
+    assert hot.dot_weights.max() > cool.dot_weights.max()
+    torch.testing.assert_close(hot.cosines, cool.cosines)
+
+
+def test_explorer_live_mode_recomputes_any_angle_length_and_typed_values():
+    explorer = ch.length_angle_explorer(live=True)
+    angle, length, temperature, query_length = explorer.controls
+    assert "q · k" in explorer.view.value and "1.06" in explorer.view.value  # 1.5 cos 45°
+    angle.value = 50.0  # between the frames (45, 60)
+    expected = f"{1.5 * 1.0 * math.cos(math.radians(50)):.2f}"  # 0.96
+    assert expected == "0.96" and f">{expected}<" in explorer.view.value
+    assert ">50°<" in explorer.view.value
+    length.value = 2.35  # between the frames (2, 3)
+    assert f">{1.5 * 2.35 * math.cos(math.radians(50)):.2f}<" in explorer.view.value  # 2.27
+    angle.value = -30.0  # below the x axis: no frame there at all
+    assert f">{1.5 * 2.35 * math.cos(math.radians(-30)):.2f}<" in explorer.view.value
+    temperature.value = "0.25"
+    assert "softmax(cos / 0.25)" in explorer.view.value and explorer.status.value == ""
+    query_length.value = "2"
+    assert ">2, 2.35<" in explorer.view.value  # |q|, |k|
+    assert f">{2 * 2.35 * math.cos(math.radians(-30)):.2f}<" in explorer.view.value
+    good = explorer.view.value
+    for box, bad, says in [
+        (temperature, "abc", "temperature: expected a number in (0, 10]"),
+        (temperature, "0", "temperature: expected a number in (0, 10]"),
+        (query_length, "5", "query length: expected a number in (0, 3]"),
+        (query_length, "-1", "query length: expected"),
+    ]:
+        typed, box.value = box.value, bad
+        assert says in explorer.status.value and 'role="alert"' in explorer.status.value, bad
+        assert explorer.view.value == good  # the last picture stays
+        box.value = typed
+        assert explorer.status.value == "" and explorer.view.value == good
+    temperature.value = "0.5"
+    query_length.value = "1.5"
+    assert explorer.status.value == "" and "softmax(cos / 0.5)" in explorer.view.value
+
+
+def test_static_explorer_keeps_its_frames_and_adds_the_hint():
+    explorer = ch.length_angle_explorer(live=False)
+    assert explorer.n_frames == 65 and explorer.view is None
+    assert "Run this notebook" in explorer.children[-1].value
+
+
+def test_read_number():
+    assert ch.read_number(" 0.25 ", "t", 1.0) == 0.25
+    assert ch.read_number("3", "t", 3.0) == 3.0
+    for bad in ("", "abc", "1e-3", "nan", "inf", "-1", "0", "3.5"):
+        with pytest.raises(ValueError, match=r"t: expected a number in \(0, 3\]"):
+            ch.read_number(bad, "t", 3.0)
 
 
 # --------------------------------------------------------------------------- exercises

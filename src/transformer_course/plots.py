@@ -844,3 +844,48 @@ def line_plot(
     if caption:
         add_caption(ax.figure, caption)
     return ax
+
+
+def runs_plot(
+    ax,
+    x: Sequence[float],
+    runs: Mapping[str, Sequence[Sequence[float]]],
+    *,
+    styles: Mapping[str, Mapping[str, object]] | None = None,
+    **line_plot_kwargs,
+):
+    """Repeated runs (seeds) of several series: every run thin and faint, their mean on top.
+
+    Args:
+        ax: a matplotlib Axes or None (a new figure).
+        x: the shared x values.
+        runs: label -> one list of y values per run (each as long as x).
+        styles: label -> `Axes.plot` keywords of the mean's line (the runs take its colour).
+        line_plot_kwargs: xlabel, ylabel, title, logy, ... as for `line_plot`, which draws the
+            means (the legend names the means).
+
+    Returns:
+        The Axes.
+    """
+    styles = {} if styles is None else styles
+    means = {}
+    for name, ys in runs.items():
+        matrix = _as_matrix(f"runs[{name!r}]", ys)
+        if matrix.shape[1] != len(x):
+            raise ValueError(
+                f"runs[{name!r}]: expected runs of {len(x)} values like x, got {matrix.shape[1]}"
+            )
+        means[f"{name} (mean of {matrix.shape[0]})"] = matrix.mean(axis=0)
+    looks = {f"{name} (mean of {len(runs[name])})": styles.get(name, {}) for name in runs}
+    ax = line_plot(ax, x, means, styles=looks, **line_plot_kwargs)
+    if line_plot_kwargs.get("logy"):
+        # Curves spanning about a decade need labelled minor ticks: plain "0.5", not 5e-1.
+        def some_minor(value: float, _position: int) -> str:
+            lead = round(value / 10 ** math.floor(math.log10(value)))
+            return f"{value:g}" if lead in (2, 3, 5) else ""
+
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(some_minor))
+    for line, name in zip(ax.get_lines(), runs, strict=True):
+        for ys in runs[name]:
+            ax.plot(x, ys, color=line.get_color(), linewidth=0.7, alpha=0.35, zorder=1)
+    return ax

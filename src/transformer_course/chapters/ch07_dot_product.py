@@ -1,14 +1,16 @@
 """Chapter 7, why the dot product: example data, the measured scorers, figures, widget, checkers.
 
-The scores, the Euclidean expansion, the time and memory measurements and the training runs are
-written in the notebook; here are only its data, figures, widget and checkers.
+The scores, the Euclidean expansion, linear attention, the online softmax and the measurements are
+written in the notebook; the training runs are `experiments/scorers.py`; here only the rest.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import Tensor
@@ -17,7 +19,7 @@ from .. import plots
 from ..exercises import Verdict, all_right, compare_number, compare_tensor, unanswered
 from ..measure import moving_average
 from ..scoring import cosine_score, dot_score
-from ..widgets import Explorer, slider
+from ..widgets import Explorer, slider, text
 
 # --------------------------------------------------------------------------- the tiny example
 
@@ -101,36 +103,25 @@ def scoring_figure(lengths: Sequence[int], times: Mapping, peaks: Mapping, d: in
 
 # --------------------------------------------------------------------------- training
 
-TRAIN_NAMES = ("scaled_dot", "dot", "cosine", "bilinear", "additive")
-# A smaller model and a much shorter run than chapter 9's (`TrainConfig` defaults otherwise), so
-# that five runs fit the chapter's time budget: 150 steps at a high learning rate separate the
-# scorers into the same three groups as 400 steps at 3e-3 did, without converging.
-TRAIN_SETTINGS = dict(
-    n_layers=1, d_ff=128, batch_size=32, steps=150, lr=5e-3, warmup=30, n_test=500
-)
 
-
-def loss_figure(losses: Mapping[str, Sequence[float]], window: int = 25):
-    """Smoothed training loss against step, one line per scorer (log y, SCORER_STYLES);
-    returns the Axes."""
-    names = list(losses)
-    steps = list(range(1, len(losses[names[0]]) + 1))
-    # A marker every `every` steps, each scorer's shifted by a fraction of that, so that lines
-    # lying on top of each other (dot and bilinear) still show both kinds of marker.
-    every = max(1, len(steps) // 8)
+def loss_figure(runs: Mapping[str, Sequence[Sequence[float]]], window: int = 25):
+    """Smoothed training loss against step: each run of each scorer thin, their mean thick
+    (log y, SCORER_STYLES, markers staggered so that lines on top of each other show); the Axes."""
+    n_steps = len(next(iter(runs.values()))[0])
+    every = max(1, n_steps // 8)
     styles = {
-        name: {**SCORER_STYLES[name], "markevery": (every * (2 * k + 1) // (2 * len(names)), every)}
-        for k, name in enumerate(names)
+        name: {**SCORER_STYLES[name], "markevery": (every * (2 * k + 1) // (2 * len(runs)), every)}
+        for k, name in enumerate(runs)
     }
-    return plots.line_plot(
+    return plots.runs_plot(
         None,
-        steps,
-        {name: moving_average(values, window) for name, values in losses.items()},
+        range(1, n_steps + 1),
+        {name: [moving_average(r, window) for r in rs] for name, rs in runs.items()},
+        styles=styles,
         xlabel="training step",
         ylabel=f"training loss (mean of {window} steps)",
-        title="Digit reversal, one model per scorer",
+        title="Digit reversal, one model per scorer and seed",
         logy=True,
-        styles=styles,
     )
 
 
@@ -158,21 +149,16 @@ class LengthAngle:
     cosine_weights: Tensor  # (4,) softmax of cosine / temperature
 
 
-def length_angle(angle_deg: float, length: float) -> LengthAngle:
+def length_angle(angle_deg: float, length: float, temperature: float = WIDGET_TEMPERATURE,
+                 query_length: float = WIDGET_QUERY_LENGTH) -> LengthAngle:  # fmt: skip
     """Score the query (along the x axis) against k (angle in degrees, length) and A, B, C."""
-    q = torch.tensor([[WIDGET_QUERY_LENGTH, 0.0]], dtype=torch.float64)  # (1, 2)
+    q = torch.tensor([[query_length, 0.0]], dtype=torch.float64)  # (1, 2)
     polar = [(math.radians(a), r) for a, r in [(angle_deg, length)] + [k[1:] for k in FIXED_KEYS]]
     keys = torch.tensor([(r * math.cos(a), r * math.sin(a)) for a, r in polar], dtype=torch.float64)
     dots = dot_score(q, keys)[0]  # (4,)
     cosines = cosine_score(q, keys, temperature=1.0)[0]  # (4,)
-    return LengthAngle(
-        query=q[0],
-        keys=keys,
-        dots=dots,
-        cosines=cosines,
-        dot_weights=torch.softmax(dots, dim=-1),
-        cosine_weights=torch.softmax(cosines / WIDGET_TEMPERATURE, dim=-1),
-    )
+    weights = torch.softmax(dots, dim=-1), torch.softmax(cosines / temperature, dim=-1)
+    return LengthAngle(q[0], keys, dots, cosines, *weights)
 
 
 def length_figure():
@@ -203,17 +189,25 @@ def length_figure():
     return fig
 
 
-def length_angle_explorer() -> Explorer:
-    """Widget: move the key's angle and length; see the vectors, dot, cosine and both softmaxes."""
+def read_number(typed: str, name: str, most: float) -> float:
+    """A typed number in (0, most] (the explorer's text boxes); the ValueError names `name`."""
+    value = float(typed) if re.fullmatch(r"\s*\d*\.?\d+\s*", typed) else math.nan
+    if not 0.0 < value <= most:  # NaN fails too
+        raise ValueError(f"{name}: expected a number in (0, {most:g}], got {typed!r}")
+    return value
+
+
+def length_angle_explorer(live: bool | None = None) -> Explorer:
+    """Widget: the key's angle and length (any, with a kernel; and typed |q| and temperature)."""
     angles, lengths = WIDGET_ANGLES, WIDGET_LENGTHS
     extent = 1.1 * max(max(lengths), WIDGET_QUERY_LENGTH, max(r for _, _, r in FIXED_KEYS))
 
-    def render(angle: float, length: float) -> str:
-        result = length_angle(angle, length)
+    def render(angle: float, length: float, temperature: float, query_length: float) -> str:
+        result = length_angle(angle, length, temperature, query_length)
         vectors = torch.cat([result.query[None], result.keys])  # (5, 2): q, k, A, B, C
         dot_top = int(result.dot_weights.argmax())
         cos_top = int(result.cosine_weights.argmax())
-        product = WIDGET_QUERY_LENGTH * length * math.cos(math.radians(angle))
+        product = query_length * length * math.cos(math.radians(angle))
         return plots.frame(
             plots.svg_vectors(
                 vectors,
@@ -230,13 +224,13 @@ def length_angle_explorer() -> Explorer:
                 f"<div>{plots.svg_bars(w, KEY_LABELS, title=t, highlight=i, bar_length=120)}</div>"
                 for w, t, i in (
                     (result.dot_weights, "softmax(q · k_j)", dot_top),
-                    (result.cosine_weights, f"softmax(cos / {WIDGET_TEMPERATURE:g})", cos_top),
+                    (result.cosine_weights, f"softmax(cos / {temperature:g})", cos_top),
                 )
             ),
             plots.readout(
                 {
                     "angle θ": f"{angle:g}°",
-                    "|q|, |k|": f"{WIDGET_QUERY_LENGTH:g}, {length:g}",
+                    "|q|, |k|": f"{query_length:g}, {length:g}",
                     "q · k": f"{float(result.dots[0]):.2f}",
                     "|q| |k| cos θ": f"{product:.2f}",
                     "cos θ": f"{float(result.cosines[0]):.2f}",
@@ -250,18 +244,26 @@ def length_angle_explorer() -> Explorer:
             ),
         )
 
+    controls = [
+        slider("angle", angles, "Angle of k to q", fmt="{:g}°", initial=angles.index(45),
+               live=(-180.0, 180.0, 1.0)),
+        slider("length", lengths, "Length |k|", fmt="{:g}", initial=lengths.index(1.0),
+               live=(0.05, 3.0, 0.05)),
+        text("temperature", "Cosine temperature τ", f"{WIDGET_TEMPERATURE:g}",
+             partial(read_number, name="temperature", most=10.0)),
+        text("query_length", "Length |q|", f"{WIDGET_QUERY_LENGTH:g}",
+             partial(read_number, name="query length", most=3.0)),
+    ]  # fmt: skip
     return Explorer(
         render,
-        [
-            slider("angle", angles, "Angle of k to q", fmt="{:g}°", initial=angles.index(45)),
-            slider("length", lengths, "Length |k|", fmt="{:g}", initial=lengths.index(1.0)),
-        ],
+        controls,
         title="Length or angle?",
         caption=(
             "q points right; k (orange, thick) moves; A, B, C stay. The dashed circle has "
             "radius 1. The cosine weights depend only on the angle; the dot-product weights "
             "also on the length, so a long key can beat a well-aligned short one."
         ),
+        live=live,
     )
 
 
