@@ -7,6 +7,7 @@ written in the notebook, which asserts them equal to the package under nbval.
 from __future__ import annotations
 
 import math
+import re
 
 import matplotlib
 import pytest
@@ -117,6 +118,42 @@ def test_head_grid_explorer():
     assert sum(len(f) for f in explorer.frames.values()) < 450_000
     with pytest.raises(ValueError, match="weights_of"):
         ch.head_grid_explorer({"A new sentence.": weights_of[examples.SENTENCE]})
+
+
+def svg_texts(html: str) -> list[str]:
+    """What the picture says: the contents of every SVG <text>, in order."""
+    return [re.sub(r"<[^>]+>", "", t) for t in re.findall(r"<text[^>]*>.*?</text>", html)]
+
+
+def _weigh(tokens):
+    """Stand-in heads for a typed sentence: head i puts all its weight on key min(t + i, T - 1)."""
+    ch.hand_inputs(tokens)  # refuses words the hand-made heads do not know, as the notebook's does
+    T = len(tokens)
+    keys = torch.stack([torch.arange(T).add(i).clamp(max=T - 1) for i in range(4)])  # (h, T)
+    return torch.nn.functional.one_hot(keys, T).float()  # (h, T, T)
+
+
+def test_head_grid_explorer_live_takes_a_typed_sentence_and_refuses_unknown_words():
+    weights_of = _fake_weights()
+    static = ch.head_grid_explorer(weights_of, weigh=_weigh, live=False)
+    assert static.frames == ch.head_grid_explorer(weights_of).frames  # static frames unchanged
+    explorer = ch.head_grid_explorer(weights_of, weigh=_weigh, live=True)
+    assert explorer.live and explorer.frames == {}
+    assert "The" in svg_texts(explorer.view.value) and "dog" not in svg_texts(explorer.view.value)
+    explorer.controls[0].value = "The dog sat on the mat."  # typed: not one of the three
+    texts = svg_texts(explorer.view.value)
+    assert explorer.status.value == "" and "dog" in texts and "sat" in texts
+    assert "1.0" in texts  # head 1 of _weigh: a single key per query
+    explorer.controls[1].value = 2  # head 3: the same typed sentence, another head
+    assert "Head 3: next token" in svg_texts(explorer.view.value)
+    shown = explorer.view.value
+    explorer.controls[0].value = "The unicorn sat."  # a word the heads do not know
+    assert "expected words among" in explorer.status.value and "unicorn" in explorer.status.value
+    assert explorer.view.value == shown  # the last good picture stays
+    explorer.controls[0].value = "The dog chased the cat."  # a known sentence: its own weights
+    assert explorer.status.value == ""
+    w = weights_of["The dog chased the cat."][2]
+    assert f"{float(w.max(dim=-1).values.mean()):.2f}" in explorer.view.value
 
 
 def _fake_learned(n_layers=2, h=4, S=5, seed=1):

@@ -122,22 +122,20 @@ HEAD_LABELS = ("1 grammar", "2 previous", "3 next", "4 whole", "average")
 SENTENCE_WIDTH = "330px"  # wide enough to show the longest sentence in the drop-down
 
 
-def head_grid_explorer(weights_of: Mapping[str, Tensor]) -> Explorer:
-    """Widget: the heads' weights {sentence: (h=4, T, T)}, all small and the chosen one large."""
+def head_grid_explorer(weights_of: Mapping[str, Tensor], weigh=None, live=None) -> Explorer:
+    """Widget: the heads' weights {sentence: (h=4, T, T)}; with a kernel and `weigh` (tokens ->
+    (h, T, T)), any sentence typed in the words of WORD_FEATURES."""
     if not weights_of or not set(weights_of) <= set(SENTENCES):
         raise ValueError(f"weights_of: expected keys among SENTENCES, got {list(weights_of)}")
 
     def render(sentence: str, head: int | str) -> str:
-        tokens, weights = SENTENCES[sentence], weights_of[sentence]  # weights: (h, T, T)
-        small = [
-            # Small: no values, and no column labels (the keys are the same tokens as the rows).
-            plots.svg_heatmap(
-                weights[i], tokens, [""] * len(tokens), title=HEAD_LABELS[i], cell=13,
-                show_values=False, row_axis="q", col_axis="k",
-                description=f"Head {i + 1} ({HEAD_NAMES[i]}) over “{sentence}”",
-            )
-            for i in range(4)
-        ]  # fmt: skip
+        tokens = SENTENCES.get(sentence) or tuple(sentence.replace(".", " .").split())  # typed
+        weights = weights_of[sentence] if sentence in weights_of else weigh(tokens)  # (h, T, T)
+        small = [plots.svg_heatmap(  # no values, no column labels (the keys are the row tokens)
+            weights[i], tokens, [""] * len(tokens), title=HEAD_LABELS[i], cell=13,
+            show_values=False, row_axis="q", col_axis="k",
+            description=f"Head {i + 1} ({HEAD_NAMES[i]}) over “{sentence}”",
+        ) for i in range(4)]  # fmt: skip
         if head == "average":
             chosen, title, job = weights.mean(dim=0), "Average over the 4 heads", HEAD_JOBS[-1]
         else:
@@ -154,10 +152,12 @@ def head_grid_explorer(weights_of: Mapping[str, Tensor]) -> Explorer:
         return plots.frame(grid + cells + "</div>", large + plots.readout(facts), caption=job)
 
     head_control = Control("head", "Head", HEAD_OPTIONS, HEAD_LABELS, kind="toggle", initial=0)
+    sentences = dropdown("sentence", list(weights_of), "Sentence", typed=weigh and str.strip)
     explorer = Explorer(
         render,
-        [dropdown("sentence", list(weights_of), "Sentence"), head_control],
+        [sentences, head_control],
         title="Per-head attention",
+        live=live,
         caption=(
             "Left: every head of the hand-made attention (rows are queries, columns keys); the "
             "outlined one is shown large on the right. Heads 2 and 3 only see positions, so they "
