@@ -13,7 +13,7 @@ import matplotlib
 import pytest
 import torch
 
-from transformer_course import MultiHeadAttention, experiments
+from transformer_course import MultiHeadAttention, experiments, plots
 from transformer_course.chapters import ch05_positional as ch
 from transformer_course.experiments import extrapolation
 from transformer_course.positional import PositionalEncoding, shift_matrix, sinusoidal_encoding
@@ -119,6 +119,22 @@ def test_extrapolation_figure_lines():
     labels = [line.get_label() for line in ax.get_lines()]
     assert labels[1] == "trained on length 16" and labels[2].startswith("chance")
     assert list(ax.get_lines()[1].get_ydata()) == trained.tolist()
+
+
+def test_band_plot_draws_each_variants_mean_and_its_seeds_range():
+    runs = {"a": [[0.2, 0.4], [0.6, 0.8]], "b": [[1.0, 1.0]] * 5}
+    ax = plots.band_plot(None, [1, 2], runs, xlabel="position", ylabel="accuracy", logx=True)
+    lines = ax.get_lines()
+    assert [line.get_label() for line in lines] == [
+        "a (mean of 2, band: min to max)", "b (mean of 5, band: min to max)"
+    ]  # fmt: skip
+    assert list(lines[0].get_ydata()) == pytest.approx([0.4, 0.6])
+    assert lines[0].get_linestyle() == "-"
+    assert lines[1].get_linestyle() == "--"  # told apart by dashes too, not colour alone
+    band = ax.collections[0].get_paths()[0].vertices[:, 1]
+    assert min(band) == 0.2 and max(band) == 0.8
+    with pytest.raises(ValueError, match=r"runs\['a'\]: expected \(runs, 3\)"):
+        plots.band_plot(None, [1, 2, 3], runs, xlabel="x", ylabel="y")
 
 
 # --------------------------------------------------------------------------- widgets

@@ -18,14 +18,19 @@ CELLS = (  # what the explorer needs, in the chapter's order
 )  # fmt: skip
 
 
+def notebook_of_cells(lab, chapter: str, ids: tuple[str, ...], name: str) -> str:
+    """Write lab's notebook `name` holding the code cells `ids` of `chapter`, in that order."""
+    source = nbformat.read(lab.root / chapter, as_version=4)
+    by_id = {cell.get("id"): cell for cell in source.cells}
+    cells = [nbformat.v4.new_code_cell(by_id[cell_id].source) for cell_id in ids]
+    scratch = nbformat.v4.new_notebook(cells=cells, metadata=source.metadata)  # its kernel
+    nbformat.write(scratch, lab.root / name)
+    return name
+
+
 @pytest.fixture
 def ch04_notebook(lab) -> str:
-    chapter = nbformat.read(lab.root / "04_multi_head_attention.ipynb", as_version=4)
-    by_id = {cell.get("id"): cell for cell in chapter.cells}
-    cells = [nbformat.v4.new_code_cell(by_id[name].source) for name in CELLS]
-    scratch = nbformat.v4.new_notebook(cells=cells, metadata=chapter.metadata)  # its kernel
-    nbformat.write(scratch, lab.root / "live_ch04.ipynb")
-    return "live_ch04.ipynb"
+    return notebook_of_cells(lab, "04_multi_head_attention.ipynb", CELLS, "live_ch04.ipynb")
 
 
 def test_chapter_4_head_grid_runs_the_heads_on_a_typed_sentence(page, run_notebook, ch04_notebook):
@@ -35,7 +40,7 @@ def test_chapter_4_head_grid_runs_the_heads_on_a_typed_sentence(page, run_notebo
     assert area.locator("text=Run this notebook").count() == 0  # live: no hint
     assert "dog" not in picture(area)  # "The cat sat on the mat."
 
-    box = area.get_by_label("Sentence")  # a combo box: the three sentences, or any typed one
+    box = area.get_by_role("combobox", name="Sentence")  # the three sentences, or any typed one
     box.fill("The dog sat on the mat.")
     box.press("Enter")
     wait_picture(area, "dog")

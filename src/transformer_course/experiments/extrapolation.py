@@ -48,8 +48,8 @@ def encoding_table(variant: str, length: int = TEST_LENGTH, d_model: int = D_MOD
     return table
 
 
-class PreviousTokenModel(nn.Module):
-    """The chapter's model, with the encoding table given and the start position of each sequence.
+class OffsetPreviousToken(nn.Module):
+    """Chapter 5's PreviousTokenModel with a given encoding table and a start position per sequence.
 
     forward(tokens (B, T), start (B,)) -> logits (B, T, vocab); position t of sequence b is
     start[b] + t.
@@ -78,7 +78,7 @@ def run(variant: str, seed: int) -> dict:
         raise ValueError(f"variant: expected one of {list(VARIANTS)}, got {variant!r}")
     with torch_threads(1):
         torch.manual_seed(seed)
-        model = PreviousTokenModel(encoding_table(variant))
+        model = OffsetPreviousToken(encoding_table(variant))
         generator = torch.Generator().manual_seed(seed)  # the training sequences and offsets
         optimizer = torch.optim.Adam(model.parameters(), lr=LR)
         for _ in range(STEPS):
