@@ -198,6 +198,30 @@ def test_learned_heads_explorer_shows_every_head_of_the_chosen_module():
     assert sum(len(f) for f in explorer.frames.values()) < 150_000
 
 
+def test_learned_heads_explorer_live_shows_typed_digits_and_keeps_the_picture_on_bad_ones():
+    weights, tokens, columns = _fake_learned()
+
+    def run(digits):  # stands in for the notebook's learned_for: a model run on the digits
+        if not 3 <= len(digits.split()) <= 10:
+            raise ValueError(f"text: expected 3..10 digits, got {digits!r}")
+        fake = _fake_learned(S=len(digits.split()), seed=2)
+        return fake[0], {"source": digits.split(), "target": ["<bos>", *digits.split()]}, fake[2]
+
+    static = ch.learned_heads_explorer(weights, tokens, columns, run=run, live=False)
+    assert static.frames == ch.learned_heads_explorer(weights, tokens, columns).frames
+    explorer = ch.learned_heads_explorer(weights, tokens, columns, run=run, live=True)
+    assert [type(c).__name__ for c in explorer.controls][-1] == "Text"
+    assert explorer.controls[-1].value == "0 1 2 3 4"  # the digits of the frames
+    explorer.controls[-1].value = "7 7 8 9 9 9 3"  # seven typed digits
+    texts = svg_texts(explorer.view.value)
+    assert explorer.status.value == "" and "8" in texts and "7" not in tokens["source"]
+    largest = _fake_learned(S=7, seed=2)[2]["encoder.layers.0.self_attn"]["largest weight"]
+    assert all(f"{float(v):.2f}" in explorer.view.value for v in largest)  # the new table
+    shown = explorer.view.value
+    explorer.controls[-1].value = "1 2"  # refused: the reason shows, the picture stays
+    assert "expected 3..10 digits" in explorer.status.value and explorer.view.value == shown
+
+
 def test_learned_heads_explorer_refuses_missing_modules():
     weights, tokens, columns = _fake_learned()
     del weights["decoder.layers.1.cross_attn"]
