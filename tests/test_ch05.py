@@ -7,13 +7,15 @@ experiment) is written in the notebook, which checks it against the package unde
 from __future__ import annotations
 
 import math
+import re
 
 import matplotlib
 import pytest
 import torch
 
-from transformer_course import MultiHeadAttention
+from transformer_course import MultiHeadAttention, experiments, plots
 from transformer_course.chapters import ch05_positional as ch
+from transformer_course.experiments import extrapolation
 from transformer_course.positional import PositionalEncoding, shift_matrix, sinusoidal_encoding
 from transformer_course.widgets import Explorer
 
@@ -119,6 +121,22 @@ def test_extrapolation_figure_lines():
     assert list(ax.get_lines()[1].get_ydata()) == trained.tolist()
 
 
+def test_band_plot_draws_each_variants_mean_and_its_seeds_range():
+    runs = {"a": [[0.2, 0.4], [0.6, 0.8]], "b": [[1.0, 1.0]] * 5}
+    ax = plots.band_plot(None, [1, 2], runs, xlabel="position", ylabel="accuracy", logx=True)
+    lines = ax.get_lines()
+    assert [line.get_label() for line in lines] == [
+        "a (mean of 2, band: min to max)", "b (mean of 5, band: min to max)"
+    ]  # fmt: skip
+    assert list(lines[0].get_ydata()) == pytest.approx([0.4, 0.6])
+    assert lines[0].get_linestyle() == "-"
+    assert lines[1].get_linestyle() == "--"  # told apart by dashes too, not colour alone
+    band = ax.collections[0].get_paths()[0].vertices[:, 1]
+    assert min(band) == 0.2 and max(band) == 0.8
+    with pytest.raises(ValueError, match=r"runs\['a'\]: expected \(runs, 3\)"):
+        plots.band_plot(None, [1, 2, 3], runs, xlabel="x", ylabel="y")
+
+
 # --------------------------------------------------------------------------- widgets
 
 
@@ -146,6 +164,68 @@ def test_similarity_explorer_frames():
     assert f"Lowest similarity for Δ up to 128: {lowest:.2f}" in explorer.frame(d_model=64)
     assert "d_model = 512" in explorer.frame(d_model=512)
     assert sum(len(f) for f in explorer.frames.values()) < 200_000
+
+
+def svg_texts(html: str) -> list[str]:
+    """What the picture says: the contents of every SVG <text>, in order."""
+    return [re.sub(r"<[^>]+>", "", t) for t in re.findall(r"<text[^>]*>.*?</text>", html)]
+
+
+def test_pair_explorer_live_goes_to_any_pair_and_position():
+    explorer = ch.pair_explorer(live=True)
+    assert explorer.live and explorer.frames == {}
+    first = explorer.view.value
+    assert "t = 12" in svg_texts(first)  # the static initial frame: pair 1, t = 12
+    explorer.controls[1].value = 37.0  # between the frames 36 and 42
+    omega = 10000 ** (-2 / 32)
+    texts = svg_texts(explorer.view.value)
+    assert "t = 37" in texts and explorer.status.value == ""
+    assert f"{math.sin(37 * omega):+.3f}" in explorer.view.value
+    explorer.controls[0].value = 9.0  # a pair no frame shows
+    explorer.controls[1].value = 5000.0  # far past the static positions: the window follows t
+    texts = svg_texts(explorer.view.value)
+    assert "Pair k = 9: dims 18 (sin) and 19 (cos)" in texts and "t = 5000" in texts
+    assert ["4968", "5032"] == [t for t in texts if t in ("4968", "5032")]  # the axis ends
+    w9 = 10000 ** (-18 / 32)
+    assert f"{math.cos(5000 * w9):+.3f}" in explorer.view.value
+    assert len(explorer.view.value) < explorer.max_frame_chars
+
+
+def test_similarity_explorer_live_takes_any_even_d_model():
+    explorer = ch.similarity_explorer(live=True)
+    assert "d_model = 64" in svg_texts(explorer.view.value)
+    explorer.controls[0].value = 100.0  # between the frames 64 and 128
+    assert "d_model = 100" in svg_texts(explorer.view.value)
+    omega = 10000 ** (-torch.arange(0, 100, 2, dtype=torch.float64) / 100)
+    assert f"Neighbours (Δ = 1): {torch.cos(omega).mean().item():.2f}" in explorer.view.value
+    explorer.controls[0].value = 6.0
+    assert "d_model = 6" in svg_texts(explorer.view.value) and "(3 pairs)" in explorer.view.value
+
+
+# --------------------------------------------------------------------------- experiment
+
+
+@pytest.mark.slow
+def test_extrapolation_experiment_reproduces_a_stored_row():
+    """The cheapest stored row (each takes a few seconds) is re-run and must match exactly."""
+    stored = experiments.load("extrapolation")
+    row = next(r for r in stored["rows"] if (r["variant"], r["seed"]) == ("random offsets", 0))
+    assert extrapolation.run("random offsets", 0) == row
+
+
+def test_extrapolation_results_cover_every_variant_and_seed():
+    rows = experiments.load("extrapolation")["rows"]
+    pairs = [(r["variant"], r["seed"]) for r in rows]
+    assert sorted(pairs) == sorted((v, s) for v in extrapolation.VARIANTS for s in range(5))
+    assert all(len(r["accuracy"]) == extrapolation.TEST_LENGTH - 1 for r in rows)
+
+
+def test_fast_pairs_only_keeps_the_pairs_that_turn_within_the_training_length():
+    table = extrapolation.encoding_table("fast pairs only")  # d_model 32: pairs 0 and 1 turn
+    assert torch.equal(table[:, :4], sinusoidal_encoding(256, 32)[:, :4])
+    assert table[:, 4:].abs().max() == 0
+    with pytest.raises(ValueError, match="variant: expected one of"):
+        extrapolation.run("no positions", 0)
 
 
 # --------------------------------------------------------------------------- exercises

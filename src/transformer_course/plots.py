@@ -889,3 +889,48 @@ def runs_plot(
         for ys in runs[name]:
             ax.plot(x, ys, color=line.get_color(), linewidth=0.7, alpha=0.35, zorder=1)
     return ax
+
+
+def band_plot(
+    ax,
+    x: Sequence[float],
+    runs: Mapping[str, Sequence[Sequence[float]]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str | None = None,
+    logx: bool = False,
+):
+    """Repeated runs as one band per series: the mean as a line (`line_plot`), min to max shaded.
+
+    Args:
+        ax: a matplotlib Axes or None (a new figure).
+        x: the shared x values.
+        runs: label -> one sequence of y values (same length as x) per run (seed).
+        xlabel, ylabel, title, logx: as for `line_plot`.
+
+    Returns:
+        The Axes. Series differ by colour and by dash pattern, so they never rely on colour alone.
+    """
+    xs = _as_vector("x", x)
+    tables = {name: np.asarray(ys, dtype=float) for name, ys in runs.items()}  # (runs, len(x))
+    for name, table in tables.items():
+        if table.ndim != 2 or table.shape[1] != xs.size:
+            raise ValueError(f"runs[{name!r}]: expected (runs, {xs.size}), got {table.shape}")
+    dashes = ("-", "--", ":", "-.")
+    looks = {  # label (with how many runs its band spans) -> (runs, colour, dash pattern)
+        f"{name} (mean of {len(table)}, band: min to max)": (
+            table,
+            LINE_COLOURS[k % len(LINE_COLOURS)],
+            dashes[k % len(dashes)],
+        )
+        for k, (name, table) in enumerate(tables.items())
+    }
+    ax = line_plot(
+        ax, xs, {label: table.mean(axis=0) for label, (table, _, _) in looks.items()},
+        xlabel=xlabel, ylabel=ylabel, title=title, logx=logx, markers=False,
+        styles={label: {"color": c, "linestyle": dash} for label, (_, c, dash) in looks.items()},
+    )  # fmt: skip
+    for table, colour_k, _ in looks.values():
+        ax.fill_between(xs, table.min(axis=0), table.max(axis=0), color=colour_k, alpha=0.2)
+    return ax

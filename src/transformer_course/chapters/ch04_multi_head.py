@@ -18,7 +18,7 @@ from ..attention import MultiHeadAttention, split_heads
 from ..exercises import Verdict, compare_tensor, unanswered
 from ..masks import to_torch_mask
 from ..measure import entropy
-from ..widgets import Control, Explorer, dropdown
+from ..widgets import Control, Explorer, dropdown, text
 
 # --------------------------------------------------------------------------- example data
 # Sizes that are all different, so a mix-up of two axes fails loudly instead of silently.
@@ -122,22 +122,20 @@ HEAD_LABELS = ("1 grammar", "2 previous", "3 next", "4 whole", "average")
 SENTENCE_WIDTH = "330px"  # wide enough to show the longest sentence in the drop-down
 
 
-def head_grid_explorer(weights_of: Mapping[str, Tensor]) -> Explorer:
-    """Widget: the heads' weights {sentence: (h=4, T, T)}, all small and the chosen one large."""
+def head_grid_explorer(weights_of: Mapping[str, Tensor], weigh=None, live=None) -> Explorer:
+    """Widget: the heads' weights {sentence: (h=4, T, T)}; with a kernel and `weigh` (tokens ->
+    (h, T, T)), any sentence typed in the words of WORD_FEATURES."""
     if not weights_of or not set(weights_of) <= set(SENTENCES):
         raise ValueError(f"weights_of: expected keys among SENTENCES, got {list(weights_of)}")
 
     def render(sentence: str, head: int | str) -> str:
-        tokens, weights = SENTENCES[sentence], weights_of[sentence]  # weights: (h, T, T)
-        small = [
-            # Small: no values, and no column labels (the keys are the same tokens as the rows).
-            plots.svg_heatmap(
-                weights[i], tokens, [""] * len(tokens), title=HEAD_LABELS[i], cell=13,
-                show_values=False, row_axis="q", col_axis="k",
-                description=f"Head {i + 1} ({HEAD_NAMES[i]}) over “{sentence}”",
-            )
-            for i in range(4)
-        ]  # fmt: skip
+        tokens = SENTENCES.get(sentence) or tuple(sentence.replace(".", " .").split())  # typed
+        weights = weights_of[sentence] if sentence in weights_of else weigh(tokens)  # (h, T, T)
+        small = [plots.svg_heatmap(  # no values, no column labels (the keys are the row tokens)
+            weights[i], tokens, [""] * len(tokens), title=HEAD_LABELS[i], cell=13,
+            show_values=False, row_axis="q", col_axis="k",
+            description=f"Head {i + 1} ({HEAD_NAMES[i]}) over “{sentence}”",
+        ) for i in range(4)]  # fmt: skip
         if head == "average":
             chosen, title, job = weights.mean(dim=0), "Average over the 4 heads", HEAD_JOBS[-1]
         else:
@@ -153,11 +151,12 @@ def head_grid_explorer(weights_of: Mapping[str, Tensor]) -> Explorer:
         grid = '<div style="display:grid;grid-template-columns:repeat(2,auto);gap:4px">'
         return plots.frame(grid + cells + "</div>", large + plots.readout(facts), caption=job)
 
-    head_control = Control("head", "Head", HEAD_OPTIONS, HEAD_LABELS, kind="toggle", initial=0)
+    sentences = dropdown("sentence", list(weights_of), "Sentence", typed=weigh and str.strip)
     explorer = Explorer(
         render,
-        [dropdown("sentence", list(weights_of), "Sentence"), head_control],
+        [sentences, Control("head", "Head", HEAD_OPTIONS, HEAD_LABELS, kind="toggle", initial=0)],
         title="Per-head attention",
+        live=live,
         caption=(
             "Left: every head of the hand-made attention (rows are queries, columns keys); the "
             "outlined one is shown large on the right. Heads 2 and 3 only see positions, so they "
@@ -176,31 +175,35 @@ LEARNED_KINDS = {  # the trained model's attention kinds: (stack, module, row to
 }
 
 
-def learned_heads_explorer(weights: Mapping[str, Tensor], tokens: Mapping, columns: Mapping):
+def learned_heads_explorer(weights, tokens, columns, run=None, live=None) -> Explorer:
     """Widget: all heads of one attention module of a trained model, picked by layer and kind.
 
     weights: {module name (as `recording_attention` names it): (h, rows, cols)}; tokens:
-    {"source": labels, "target": labels}; columns: {module name: {heading: (h,) numbers}}."""
+    {"source": labels, "target": labels}; columns: {module name: {heading: (h,) numbers}};
+    run: typed digits -> (weights, tokens, columns) for them, which a kernel's text box takes."""
+    shown = " ".join(tokens["source"])  # the digits of the precomputed frames
     layers = sorted({int(name.split(".")[2]) for name in weights})
     names = {f"{s}.layers.{i}.{m}" for i in layers for s, m, *_ in LEARNED_KINDS.values()}
     if not names or not names <= set(weights) & set(columns):
         raise ValueError(f"weights, columns: expected modules {sorted(names)}, got {list(weights)}")
 
-    def render(layer: int, kind: str) -> str:
+    def render(layer: int, kind: str, digits: str = shown) -> str:
+        weights_, tokens_, columns_ = (weights, tokens, columns) if digits == shown else run(digits)
         stack, module, rows, cols = LEARNED_KINDS[kind]
         name = f"{stack}.layers.{layer}.{module}"
         style = dict(cell=15, show_values=False, row_axis=rows, col_axis=cols)
-        heads = [plots.svg_heatmap(w, tokens[rows], tokens[cols], title=f"head {i + 1}", **style)
-                 for i, w in enumerate(weights[name])]  # fmt: skip
-        numbers = zip(*([f"{x:.2f}" for x in v] for v in columns[name].values()), strict=True)
-        table = plots.table(["head", *columns[name]], [[i, *n] for i, n in enumerate(numbers, 1)])
+        heads = [plots.svg_heatmap(w, tokens_[rows], tokens_[cols], title=f"head {i + 1}", **style)
+                 for i, w in enumerate(weights_[name])]  # fmt: skip
+        numbers = zip(*([f"{x:.2f}" for x in v] for v in columns_[name].values()), strict=True)
+        table = plots.table(["head", *columns_[name]], [[i, *n] for i, n in enumerate(numbers, 1)])
         return plots.frame(*heads, table, caption=f"{name}: layer {layer + 1}, {kind}-attention.")
 
     by_layer = Control("layer", "Layer", tuple(layers), tuple(str(i + 1) for i in layers), "toggle")
     by_kind = Control("kind", "Attention", tuple(LEARNED_KINDS), tuple(LEARNED_KINDS), "toggle")
     return Explorer(
         render,
-        [by_layer, by_kind],
+        [by_layer, by_kind, *([text("digits", "Digits", shown, str.strip)] if run else [])],
+        live=live,
         title="Learned heads: the trained model of chapter 9",
         caption="All heads of the chosen module: rows are queries, columns keys; rows sum to 1.",
     )
@@ -221,10 +224,9 @@ def check_split_heads(answer: object) -> Verdict:
         return unanswered()
     x = exercise_tensor()
     B, T, h, d_k = WALK_B, WALK_T, WALK_HEADS, WALK_D_MODEL // WALK_HEADS
-    not_moved = x.view(B, T, h, d_k)  # (B, T, h, d_k)
-    got = answer if isinstance(answer, Tensor) else None
-    if got is not None and got.shape == not_moved.shape and torch.allclose(got, not_moved):
-        why = f"shape {tuple(got.shape)} is (B, T, h, d_k): you cut the features into heads"
+    unmoved = x.view(B, T, h, d_k)  # (B, T, h, d_k)
+    if isinstance(answer, Tensor) and answer.shape == unmoved.shape and answer.allclose(unmoved):
+        why = f"shape {tuple(answer.shape)} is (B, T, h, d_k): you cut the features into heads"
         why += " but did not move the head axis forward"
         return Verdict.not_yet("the heads are not split yet", why, "add .transpose(1, 2).")
     interleaved = x.view(B, T, d_k, h).permute(0, 3, 1, 2)  # (B, h, T, d_k): features i, i+h, ...
@@ -290,9 +292,7 @@ def check_torch_mask(answer: object) -> Verdict:
     kept = "this keeps the note's meaning (True = may attend), but nn.MultiheadAttention reads "
     kept += "True as 'blocked': invert it"
     hint = "True must mark the blocked keys, i.e. the 0 entries of the note's mask."
-    verdict = compare_tensor(
-        answer, to_torch_mask(ours).double(), name="attn_mask", what="attn_mask", hint=hint,
-        mistakes={kept: ours.double()},
-    )  # fmt: skip
+    verdict = compare_tensor(answer, to_torch_mask(ours).double(), name="attn_mask", hint=hint,
+                             what="attn_mask", mistakes={kept: ours.double()})  # fmt: skip
     right = "True marks exactly the note's 0 entries, the keys nn.MultiheadAttention must block"
     return Verdict.right(right) if verdict.ok else verdict

@@ -38,7 +38,7 @@ def embed(sentence: str, vocabulary: Sequence[str], d_model: int, seed: int = 0)
     return table[[vocabulary.index(word) for word in sentence.split()]][None]  # (1, T, d_model)
 
 
-# Small entries (right for a matrix shared with the output layer), Xavier (as Transformer), N(0,1)
+# Small entries (as a matrix shared with the output layer wants), Xavier (our Transformer), N(0,1)
 EMBEDDING_INITS = ("normal, std 1/sqrt(d_model)", "xavier_uniform", "nn.Embedding default N(0,1)")
 
 
@@ -140,13 +140,14 @@ SIMILARITY_POSITIONS, SIMILARITY_MAX_OFFSET = tuple(range(0, 60, 5)), 128
 
 
 def _pair_svg(pair: int, t: int, omega: float, window: int = 64) -> str:
-    """One dimension pair as a point on the unit circle (left) and two curves over positions."""
+    """One pair on the unit circle (left) and its two curves over `window` positions around t."""
     dark, grey, blue, orange, num = plots.DARK, plots.GREY, plots.BLUE, plots.ORANGE, plots._num
     cx, cy, r = 82, 100, 60  # the dial: x = cos(omega t) (dimension 2k+1), y = sin (dimension 2k)
-    x0, x1, y0, y1 = 196, 426, 34, 160  # the curves over positions 0..window
+    x0, x1, y0, y1 = 196, 426, 34, 160  # the curves over positions start..start + window
+    start = 0 if t <= window else t - window // 2
 
     def sx(s: float) -> str:
-        return num(x0 + (x1 - x0) * s / window)
+        return num(x0 + (x1 - x0) * (s - start) / window)
 
     def sy(v: float) -> str:
         return num(y0 + (y1 - y0) * (1 - v) / 2)
@@ -156,8 +157,8 @@ def _pair_svg(pair: int, t: int, omega: float, window: int = 64) -> str:
     label = f"Pair {pair} (dimensions {k0}, {k1}) at position {t}: sin {sin:.2f}, cos {cos:.2f}"
     # Earlier positions: one dot each, drawn as zero-length round-capped segments.
     trail = "".join(f"M{num(cx + r * math.cos(omega * s))},{num(cy - r * math.sin(omega * s))}h0"
-                    for s in range(t))  # fmt: skip
-    curves = [" ".join(f"{sx(s)},{sy(fn(omega * s))}" for s in range(window + 1))
+                    for s in range(max(0, t - window), t))  # fmt: skip
+    curves = [" ".join(f"{sx(s)},{sy(fn(omega * s))}" for s in range(start, start + window + 1))
               for fn in (math.sin, math.cos)]  # fmt: skip
     return plots.svg_document(440, 190, label, [
         f'<text x="8" y="16" font-size="13" font-weight="bold" fill="{dark}">Pair k = {pair}: '
@@ -178,23 +179,23 @@ def _pair_svg(pair: int, t: int, omega: float, window: int = 64) -> str:
         f'{sx(t)}" cy="{sy(sin)}" r="4" fill="{blue}" stroke="#000"/><circle cx="{sx(t)}" cy="'
         f'{sy(cos)}" r="4" fill="{orange}" stroke="#000"/>{text}<text x="{x0 - 4}" y="{y0 + 4}" '
         f'text-anchor="end">1</text><text x="{x0 - 4}" y="{y1}" text-anchor="end">-1</text><text '
-        f'x="{x0}" y="{y1 + 12}" text-anchor="middle">0</text><text x="{x1}" y="{y1 + 12}" '
-        f'text-anchor="middle">{window}</text><text x="{num((x0 + x1) / 2)}" y="{y1 + 24}" '
+        f'x="{x0}" y="{y1 + 12}" text-anchor="middle">{start}</text><text x="{x1}" y="{y1 + 12}" '
+        f'text-anchor="middle">{start + window}</text><text x="{num((x0 + x1) / 2)}" y="{y1 + 24}" '
         f'text-anchor="middle">position</text><text x="{sx(t)}" y="{y0 - 7}" text-anchor="middle"'
         f'>t = {t}</text><text x="{x1 - 92}" y="14" fill="{blue}">— sin</text><text x="{x1 - 40}'
         f'" y="14" fill="{plots.DARK_ORANGE}">- - cos</text></g>',
     ])  # fmt: skip
 
 
-def pair_explorer() -> Explorer:
-    """Widget 1: a pair turning, its curves, and the whole encoding with the pair outlined."""
+def pair_explorer(live: bool | None = None) -> Explorer:
+    """Widget 1: a pair turning, its curves, the whole encoding (a kernel: any t up to 10,000)."""
     d_model, n_pairs = EXPLORER_D_MODEL, EXPLORER_D_MODEL // 2
     omega = frequencies(d_model, dtype=F64)
-    table = sinusoidal_encoding(max(EXPLORER_POSITIONS) + 1, d_model, dtype=F64)
 
-    def render(pair: int, t: int) -> str:
-        w = float(omega[pair])
-        pairs = table[t].view(n_pairs, 2).T  # (2, d_model/2): row 0 the sines, row 1 the cosines
+    def render(pair: float, t: float) -> str:
+        pair, t = round(pair), round(t)  # a live slider gives floats
+        w, angles = float(omega[pair]), t * omega  # angles: (d_model/2,)
+        pairs = torch.stack([angles.sin(), angles.cos()])  # (2, d_model/2): sines, then cosines
         strip = plots.svg_heatmap(
             pairs, ["sin", "cos"], [str(k) for k in range(n_pairs)],
             vmin=-1.0, vmax=1.0, cell=20, highlight_col=pair, row_axis="", col_axis="pair k",
@@ -214,11 +215,12 @@ def pair_explorer() -> Explorer:
             f"pairs, d_model = {d_model}</div>{strip}",
         )
 
-    controls = [slider("pair", EXPLORER_PAIRS, "Dimension pair k", initial=1)]
-    controls.append(slider("t", EXPLORER_POSITIONS, "Position t", initial=2))
+    controls = [slider("pair", EXPLORER_PAIRS, "Dimension pair k", initial=1, live=(0, 15, 1))]
+    controls.append(slider("t", EXPLORER_POSITIONS, "Position t", initial=2, live=(0, 1e4, 1)))
     return Explorer(
         render,
         controls,
+        live=live,
         title="Position / dimension explorer",
         caption=(
             "Each pair of dimensions is a point on a circle turning at its own speed. Pair 0 "
@@ -229,12 +231,13 @@ def pair_explorer() -> Explorer:
     )
 
 
-def similarity_explorer() -> Explorer:
+def similarity_explorer(live: bool | None = None) -> Explorer:
     """Widget 2: the similarity of positions, PE(t) . PE(s) / (d/2), as d_model changes."""
     positions, offsets = list(SIMILARITY_POSITIONS), list(range(SIMILARITY_MAX_OFFSET + 1))
     labels = [str(p) for p in positions]
 
-    def render(d_model: int) -> str:
+    def render(d_model: float) -> str:
+        d_model = 2 * round(d_model / 2)  # a live slider gives floats; pairs need an even size
         pe = sinusoidal_encoding(max(positions) + 1, d_model, dtype=F64)[positions]  # (P, d)
         matrix = pe @ pe.T / (d_model / 2)  # (P, P): 1 on the diagonal, |PE|^2 = d_model / 2
         omega = frequencies(d_model, dtype=F64)  # the same against the offset, for every t:
@@ -256,7 +259,8 @@ def similarity_explorer() -> Explorer:
 
     return Explorer(
         render,
-        [slider("d_model", SIMILARITY_D_MODELS, "d_model", initial=SIMILARITY_D_MODELS.index(64))],
+        [slider("d_model", SIMILARITY_D_MODELS, "d_model", initial=5, live=(2, 1024, 2))],  # 64
+        live=live,
         title="Similarity of positions",
         caption=(
             "With one pair (d_model = 2) the similarity is cos(Δ): positions 2π ≈ 6.3 apart look "
