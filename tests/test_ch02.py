@@ -105,6 +105,28 @@ def test_depth_figure_has_two_labelled_panels_and_checks_its_arguments():
         ch.depth_figure(grad, {"post-LN (paper)": [1.0, 1.0], "pre-LN": [1.0, 1.0]}, 8)
 
 
+def test_runs_panels_draws_one_panel_per_setting_and_one_line_per_run():
+    from transformer_course import plots
+
+    panels = {
+        "post-LN": {"seed 0": [2.0, 1.0, 0.5], "seed 1": [2.0, 1.5, 1.2]},
+        "pre-LN": {"seed 0": [2.0, 0.4, 0.1], "seed 1": [2.1, 0.5, 0.2]},
+        "third": {"seed 0": [1.0, 1.0, 1.0]},
+    }
+    fig = plots.runs_panels([10, 20, 30], panels, xlabel="step", ylabel="loss", logy=True)
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in visible] == list(panels) and len(fig.axes) == 4
+    assert [len(ax.get_lines()) for ax in visible] == [2, 2, 1]
+    assert list(visible[1].get_lines()[1].get_ydata()) == pytest.approx([2.1, 0.5, 0.2])
+    # a seed keeps its colour in every panel
+    assert visible[0].get_lines()[1].get_color() == visible[1].get_lines()[1].get_color()
+    assert visible[0].get_yscale() == "log" and visible[0].get_ylabel() == "loss"
+    with pytest.raises(ValueError, match=r"panels\['pre-LN'\]\['seed 0'\]: expected 3 values"):
+        plots.runs_panels([10, 20, 30], {"pre-LN": {"seed 0": [1.0]}}, xlabel="s", ylabel="l")
+    with pytest.raises(ValueError, match="panels: expected at least one setting"):
+        plots.runs_panels([10], {}, xlabel="s", ylabel="l")
+
+
 # --------------------------------------------------------------------------- widget
 
 

@@ -891,6 +891,7 @@ def runs_panels(
         if logy:
             ax.set_yscale("log")
             ax.yaxis.set_major_formatter(_plain_numbers)
+            ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
     for ax in axes[-1]:

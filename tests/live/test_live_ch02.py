@@ -1,31 +1,16 @@
 """Chapter 2's step-through explorer in a reader's kernel: any typed sentence, stepped through.
 
-Only what the explorer needs runs: a small notebook made of chapter 2's own `imports` cell and its
-explorer cell (`widget`), copied verbatim, so the chapter's slower cells (the deep stacks) never
-run here.
+Only the cells above the explorer's reading notes (tagged `live-stop`) run: the example, one layer
+written out, and the explorer; the chapter's slower cells (the deep stacks) never run here.
 """
 
 from __future__ import annotations
 
-import nbformat
-import pytest
 from playwright.sync_api import expect
 
 
-@pytest.fixture
-def ch02_notebook(lab) -> str:
-    chapter = nbformat.read(lab.root / "02_encoder.ipynb", as_version=4)
-    by_id = {cell.get("id"): cell for cell in chapter.cells}
-    cells = [nbformat.v4.new_code_cell(by_id[cid].source) for cid in ("imports", "widget")]
-    scratch = nbformat.v4.new_notebook(cells=cells, metadata=chapter.metadata)  # its kernel
-    nbformat.write(scratch, lab.root / "live_ch02.ipynb")
-    return "live_ch02.ipynb"
-
-
-def test_chapter_2_explorer_steps_a_typed_sentence_and_refuses_an_empty_one(
-    page, run_notebook, ch02_notebook
-):
-    run_notebook(ch02_notebook)
+def test_chapter_2_explorer_steps_a_typed_sentence_and_refuses_an_empty_one(page, run_notebook):
+    run_notebook("02_encoder.ipynb", stop_tag="live-stop")
     title = page.get_by_text("Step through one encoder layer", exact=True)
     area = page.locator(".jp-OutputArea-output", has=title).first
     expect(area).to_contain_text("Step 0 of 6", timeout=30_000)
