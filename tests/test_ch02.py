@@ -105,6 +105,28 @@ def test_depth_figure_has_two_labelled_panels_and_checks_its_arguments():
         ch.depth_figure(grad, {"post-LN (paper)": [1.0, 1.0], "pre-LN": [1.0, 1.0]}, 8)
 
 
+def test_runs_panels_draws_one_panel_per_setting_and_one_line_per_run():
+    from transformer_course import plots
+
+    panels = {
+        "post-LN": {"seed 0": [2.0, 1.0, 0.5], "seed 1": [2.0, 1.5, 1.2]},
+        "pre-LN": {"seed 0": [2.0, 0.4, 0.1], "seed 1": [2.1, 0.5, 0.2]},
+        "third": {"seed 0": [1.0, 1.0, 1.0]},
+    }
+    fig = plots.runs_panels([10, 20, 30], panels, xlabel="step", ylabel="loss", logy=True)
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in visible] == list(panels) and len(fig.axes) == 4
+    assert [len(ax.get_lines()) for ax in visible] == [2, 2, 1]
+    assert list(visible[1].get_lines()[1].get_ydata()) == pytest.approx([2.1, 0.5, 0.2])
+    # a seed keeps its colour in every panel
+    assert visible[0].get_lines()[1].get_color() == visible[1].get_lines()[1].get_color()
+    assert visible[0].get_yscale() == "log" and visible[0].get_ylabel() == "loss"
+    with pytest.raises(ValueError, match=r"panels\['pre-LN'\]\['seed 0'\]: expected 3 values"):
+        plots.runs_panels([10, 20, 30], {"pre-LN": {"seed 0": [1.0]}}, xlabel="s", ylabel="l")
+    with pytest.raises(ValueError, match="panels: expected at least one setting"):
+        plots.runs_panels([10], {}, xlabel="s", ylabel="l")
+
+
 # --------------------------------------------------------------------------- widget
 
 
@@ -139,6 +161,56 @@ def test_step_explorer_precomputes_every_step_of_both_orders():
     assert len(set(explorer.frames.values())) == 14
     assert "LayerNorm(X&#x27;)" in explorer.frame(norm_first=True, step=4)  # escaped quote
     assert all(len(f) < 20_000 for f in explorer.frames.values())
+    hint = explorer.children[-1].value  # the static page says what a kernel adds
+    assert "Run this notebook" in hint and "Sentence" in hint
+
+
+def test_example_input_keeps_known_words_and_gives_new_words_their_own_vectors():
+    tokens = ("A", "cat", "saw", "the", "dog", "!")
+    x = ch.example_input(0, tokens)
+    assert x.shape == (1, 6, ch.D_MODEL)
+    known = ch.example_input()[0]
+    torch.testing.assert_close(x[0, 1], known[1])  # "cat" is the example's "cat"
+    torch.testing.assert_close(x[0, 3], known[0])  # "the" is "The"
+    assert torch.equal(x, ch.example_input(0, tokens))  # seeded
+    assert not torch.equal(x[0, 2], ch.example_input(1, tokens)[0, 2])  # a new word, a new seed
+    new = torch.stack([x[0, 0], x[0, 2], x[0, 4], x[0, 5]])  # A, saw, dog, !
+    assert len({tuple(v.tolist()) for v in new}) == 4  # every new word its own vector
+    stats = ch.token_stats(new)
+    assert (stats["mean"].abs() < 2 + 3 * 2.5).all() and (stats["std"] > 0.1).all()
+
+
+def numbers_in_column(html: str, token: str) -> list[str]:
+    """The table cells of one token's row in a frame: ["mean", "std", "norm"] as shown."""
+    row = html.split(f">{token}</th>")[1].split("</tr>")[0]
+    return [cell.split(">")[-1] for cell in row.split("</td>")[:-1]]
+
+
+def test_step_explorer_live_mode_steps_any_typed_sentence():
+    explorer = ch.step_explorer(live=True)
+    toggle, step, box = explorer.controls
+    assert box.value == "The cat sat on the mat ." and explorer.status.value == ""
+    assert explorer.view.value == ch.step_explorer().frame(norm_first=False, step=0)
+    box.value = "A dog sat on the rug!"
+    assert explorer.status.value == ""
+    svg_text = explorer.view.value.split("<table")[0]
+    assert ">dog</text>" in svg_text and ">rug</text>" in svg_text and ">cat</text>" not in svg_text
+    x = ch.example_input(0, ("A", "dog", "sat", "on", "the", "rug", "!"))
+    mean, std, norm = (f"{float(v):.2f}" for v in (s[1] for s in ch.token_stats(x[0]).values()))
+    assert numbers_in_column(explorer.view.value, "dog") == [mean, std, norm]  # the input's stats
+    step.index = 3  # post-LN: LayerNorm(X + MHA(X)) makes every token std 1
+    assert "Step 3 of 6" in explorer.view.value
+    assert numbers_in_column(explorer.view.value, "dog")[1].endswith("→ 1.00")
+    toggle.index = 1  # pre-LN, step 3: X' = X + MHA(LN(X)) keeps the input's scale
+    assert "X&#x27; = X + MHA(LayerNorm(X))" in explorer.view.value
+    assert not numbers_in_column(explorer.view.value, "dog")[1].endswith("→ 1.00")
+    good = explorer.view.value
+    for bad in ("", "   ", " ".join(["word"] * 13)):
+        box.value = bad
+        assert "sentence: expected 1 to 12 words" in explorer.status.value, bad
+        assert 'role="alert"' in explorer.status.value and explorer.view.value == good
+    box.value = "Hello"  # one token is enough; the message goes away
+    assert explorer.status.value == "" and ">Hello</text>" in explorer.view.value
 
 
 # --------------------------------------------------------------------------- exercises
@@ -205,7 +277,7 @@ def test_check_batch_first_fix_right_and_wrong():
         assert not verdict.ok and "attention across the batch" in verdict.text()
         half = buggy(x.transpose(0, 1))  # (T, B, d): not turned back
         verdict = ch.check_batch_first_fix(half, buggy, x)
-        assert not verdict.ok and "transpose the module's output back" in verdict.text()
+        assert not verdict.ok and "wrong shape" in verdict.text() and "back out" in verdict.text()
     assert not buggy.self_attn.batch_first  # the checker fixed a copy, not the reader's layer
     assert "no answer yet" in ch.check_batch_first_fix(None, buggy, x).text()
     with pytest.raises(TypeError, match="note_layer: expected .self_attn"):

@@ -5,8 +5,9 @@ Each layer is a few residual sub-layers. The paper wraps every sub-layer in "Add
     post-LN (the paper, the default):   X' = LayerNorm(X + Sublayer(X))
     pre-LN  (norm_first=True):          X' = X + Sublayer(LayerNorm(X))
 
-Pre-LN keeps an un-normalised residual path from input to output, which makes deep stacks train
-without a learning-rate warm-up; GPT-2 and most later models use it. It then needs one final
+Pre-LN keeps an un-normalised residual path from input to output, so the gradient reaches every
+layer of a deep stack (chapter 2 measures it, and trains deep stacks with and without warm-up).
+GPT-2 and most later models use it, and the large ones still warm up. It needs one final
 LayerNorm after the last layer (`model.Encoder(final_norm=True)`).
 
 Attribute names follow `torch.nn.TransformerEncoderLayer`/`TransformerDecoderLayer` where they

@@ -934,3 +934,61 @@ def band_plot(
     for table, colour_k, _ in looks.values():
         ax.fill_between(xs, table.min(axis=0), table.max(axis=0), color=colour_k, alpha=0.2)
     return ax
+
+
+def runs_panels(
+    x: Sequence[float],
+    panels: Mapping[str, Mapping[str, Sequence[float]]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str | None = None,
+    logy: bool = False,
+    ncols: int = 2,
+):
+    """Repeated runs side by side: one panel per setting, one thin line per run (e.g. per seed).
+
+    Every panel shares both axes, so the spread between runs and between settings compares at a
+    glance; each run keeps its colour in every panel (run k of each setting is LINE_COLOURS[k]).
+
+    Args:
+        x: the shared x values (e.g. training steps).
+        panels: setting -> {run label -> y values (same length as x)}.
+        xlabel, ylabel, title: texts; logy: a logarithmic y axis.
+        ncols: panels per row.
+
+    Returns:
+        The Figure.
+    """
+    import matplotlib.pyplot as plt
+
+    xs = _as_vector("x", x)
+    if not panels or not all(panels.values()):
+        raise ValueError("panels: expected at least one setting with at least one run, got none")
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.0 * nrows), sharex=True,
+                             sharey=True, layout="constrained", squeeze=False)  # fmt: skip
+    for ax, (setting, runs) in zip(axes.flat, panels.items(), strict=False):
+        for k, (run, ys) in enumerate(runs.items()):
+            ys = _as_vector(f"panels[{setting!r}][{run!r}]", ys)
+            if ys.size != xs.size:
+                raise ValueError(
+                    f"panels[{setting!r}][{run!r}]: expected {xs.size} values like x, got {ys.size}"
+                )
+            colour = LINE_COLOURS[k % len(LINE_COLOURS)]
+            ax.plot(xs, ys, color=colour, linewidth=1.3, alpha=0.9, label=run)
+        ax.set_title(setting, fontsize=11)
+        if logy:
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(_plain_numbers)
+            ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel(xlabel)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(ylabel)
+    axes.flat[0].legend(frameon=False, fontsize=9)
+    if title:
+        fig.suptitle(title, fontsize=12)
+    return fig

@@ -7,19 +7,21 @@ The example is "The cat sat on the mat ." (T = 7) in one small *untrained* encod
 from __future__ import annotations
 
 import copy
+import re
+import zlib
 from collections.abc import Mapping, Sequence
 from html import escape
 
 import matplotlib.ticker
 import torch
-from torch import Tensor, nn
+from torch import Generator, Tensor, nn
 
 from .. import plots
 from .._validation import check_tensor
 from ..examples import TOKENS
 from ..exercises import Verdict, compare_number, compare_tensor, unanswered
 from ..layers import EncoderLayer, Steps
-from ..widgets import Explorer, slider, toggle
+from ..widgets import Explorer, slider, text, toggle
 
 # --------------------------------------------------------------------------- the example
 
@@ -34,12 +36,17 @@ WORD_OFFSET = {"the": 0.5, "cat": -1.0, "sat": 0.0, "on": 1.5, "mat": -0.5, ".":
 WORD_SPREAD = {"the": 1.0, "cat": 2.5, "sat": 1.5, "on": 0.5, "mat": 2.0, ".": 0.3}
 
 
-def example_input(seed: int = 0) -> Tensor:
-    """The sentence as a batch of one, X (1, T=7, d_model=16): offset + spread * z per word."""
+def example_input(seed: int = 0, tokens: Sequence[str] = TOKENS) -> Tensor:
+    """The sentence as a batch of one, X (1, T, d_model=16): offset + spread * z per word; a new
+    word (typed in the widget) gets an offset in [-2, 2], a spread in [0.3, 2.5], z of its own."""
     generator = torch.Generator().manual_seed(seed)
     z = {w: torch.randn(D_MODEL, generator=generator) for w in sorted(WORD_OFFSET)}
-    rows = [WORD_OFFSET[t.lower()] + WORD_SPREAD[t.lower()] * z[t.lower()] for t in TOKENS]
-    return torch.stack(rows)[None]  # (1, T, d_model)
+    words = [t.lower() for t in tokens]
+    new = {w: zlib.crc32(f"{seed} {w}".encode()) for w in words if w not in z}  # a seed per word
+    z |= {w: torch.randn(D_MODEL, generator=Generator().manual_seed(c)) for w, c in new.items()}
+    offset = WORD_OFFSET | {w: c % 41 / 10 - 2 for w, c in new.items()}
+    spread = WORD_SPREAD | {w: 0.3 + c // 41 % 23 / 10 for w, c in new.items()}
+    return torch.stack([offset[w] + spread[w] * z[w] for w in words])[None]  # (1, T, d_model)
 
 
 def example_layer(norm_first: bool = False, seed: int = 0) -> EncoderLayer:
@@ -51,10 +58,10 @@ def example_layer(norm_first: bool = False, seed: int = 0) -> EncoderLayer:
     return layer.eval()
 
 
-def layer_steps(norm_first: bool = False, seed: int = 0) -> Steps:
+def layer_steps(norm_first: bool = False, seed: int = 0, tokens=TOKENS) -> Steps:
     """`forward_steps` of the example layer on the example input (no autograd graph)."""
     with torch.no_grad():
-        return example_layer(norm_first, seed).forward_steps(example_input(seed))
+        return example_layer(norm_first, seed).forward_steps(example_input(seed, tokens))
 
 
 # --------------------------------------------------------------------------- token statistics
@@ -138,8 +145,7 @@ STEP_FORMULAS = {
         "add1": ("X' = X + MHA(LayerNorm(X))", "residual connection onto the untouched X", "X'"),
         "norm2": ("LayerNorm(X')", "a normalised copy for the feed-forward network", "LN(X')"),
         "ff": ("FFN(LayerNorm(X'))", "the feed-forward network, on each token separately", "FFN"),
-        "add2": ("X' + FFN(LayerNorm(X'))", "the layer's output: the main path is never normalised",
-                 "output"),
+        "add2": ("X' + FFN(LayerNorm(X'))", "the output: no LayerNorm on the main path", "output"),
     },
 }  # fmt: skip
 # The tensors on the main (residual) path; the others are side branches that get added to it.
@@ -199,24 +205,30 @@ def step_frame(steps: Steps, i: int, norm_first: bool, tokens=TOKENS, d_ff: int 
         f'<div style="font-size:14px;margin:4px 0"><strong>Step {i} of {len(steps) - 1}:</strong> '
         f'{escape(formula)} <span style="color:{plots.GREY}">({escape(meaning)})</span></div>'
     )
-    ffn = (
-        f"; inside the FFN, after W_1 and the ReLU: {(*x.shape[:-1], d_ff)}" if name == "ff" else ""
-    )
+    ffn = f"; inside the FFN, after W_1 and the ReLU: {(*x.shape[:-1], d_ff)}" * (name == "ff")
     caption = f"Shape {tuple(x.shape)}{ffn}. Colours span ±{HEATMAP_RANGE:g}."
     table_html = plots.table(["token", *stats], rows, title=title)
     return _pipeline(names, i) + heading + plots.frame(heat, table_html, caption=caption)
 
 
-def step_explorer(seed: int = 0) -> Explorer:
-    """Widget: step through one encoder layer (post-LN or pre-LN) and watch every token."""
-    all_steps = {nf: layer_steps(nf, seed) for nf in (False, True)}
+def step_explorer(seed: int = 0, live: bool | None = None) -> Explorer:
+    """Widget: step through one encoder layer (post-LN or pre-LN); live, any typed sentence."""
+
+    def render(norm_first, step, sentence):
+        tokens = re.findall(r"\w+|[^\w\s]", sentence)  # words and punctuation marks
+        if not 1 <= len(tokens) <= 12:
+            raise ValueError(f"sentence: expected 1 to 12 words and marks, got {len(tokens)}")
+        return step_frame(layer_steps(norm_first, seed, tokens), step, norm_first, tokens)
+
     return Explorer(
-        lambda norm_first, step: step_frame(all_steps[norm_first], step, norm_first),
+        render,
         [
             toggle("norm_first", "Layer", labels=("post-LN (paper)", "pre-LN")),
-            slider("step", range(len(all_steps[False])), "Sub-step", initial=0),
+            slider("step", range(len(layer_steps())), "Sub-step", initial=0),
+            text("sentence", "Sentence", " ".join(TOKENS), str),
         ],
         title="Step through one encoder layer",
+        live=live,
         caption="“The cat sat on the mat .” through an untrained layer. Move the slider one "
         "sub-step at a time; the table compares every token before and after the step.",
     )
@@ -237,8 +249,7 @@ def check_parameter_count(answer: object) -> Verdict:
         mistakes={
             "that leaves out the biases (4 d_model in attention, d_ff + d_model in the FFN) and "
             "the LayerNorm shifts": total - 4 * d - (f + d) - 2 * d,
-            "that leaves out the two LayerNorms (a gain and a shift of d_model each)": total
-            - norms,
+            "that leaves out the two LayerNorms (a gain and a shift each)": total - norms,
             "that leaves out the output projection W^O (d_model² + d_model)": total - d * d - d,
             "the heads do not multiply the count: the h heads share the d_model x d_model "
             "projections, each head uses a d_k-wide slice of them": total + (h - 1) * attn,
@@ -308,12 +319,5 @@ def check_batch_first_fix(answer: object, note_layer: nn.Module, x: Tensor) -> V
         hint="the module wants (seq_len, batch, d_model): x.transpose(0, 1) in, and back out.",
     )  # fmt: skip
     if verdict.ok:
-        return Verdict.right("the outputs match the fixed layer (batch_first=True): each "
-                             "sentence attends only to its own tokens")  # fmt: skip
-    if isinstance(answer, Tensor) and answer.shape == right.transpose(0, 1).shape:
-        return Verdict.not_yet(
-            "the outputs have the wrong shape",
-            f"answer has shape {tuple(answer.shape)}, (seq_len, batch, d_model): transpose the "
-            f"module's output back to (batch, seq_len, d_model) = {tuple(right.shape)}",
-        )
+        return Verdict.right("each sentence now sees only its own tokens (batch_first=True)")
     return verdict
