@@ -844,3 +844,46 @@ def line_plot(
     if caption:
         add_caption(ax.figure, caption)
     return ax
+
+
+def runs_plot(
+    ax,
+    x: Sequence[float],
+    runs: Mapping[str, Sequence[Sequence[float]]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str | None = None,
+):
+    """Repeated runs (seeds) of several settings: every run as a thin line, their mean as a thick
+    one, one colour and dash per setting, so the spread between runs stays in view.
+
+    Args:
+        ax: a matplotlib Axes or None (a new figure).
+        x: the shared x values (e.g. training steps).
+        runs: label -> a list of runs, each a list of y values as long as x.
+        xlabel, ylabel, title: texts.
+
+    Returns:
+        The Axes.
+    """
+    xs = _as_vector("x", x)
+    if not runs:
+        raise ValueError("runs: expected at least one setting, got none")
+    ax = _axes(ax, (6.0, 3.8))
+    dashes = ("-", "--", ":", "-.")
+    for k, (name, curves) in enumerate(runs.items()):
+        ys = _as_matrix(f"runs[{name!r}]", curves)
+        if ys.shape[1] != xs.size:
+            raise ValueError(f"runs[{name!r}]: expected runs of {xs.size} values like x, "
+                             f"got {ys.shape[1]}")  # fmt: skip
+        look = {"color": LINE_COLOURS[k % len(LINE_COLOURS)], "linestyle": dashes[k % 4]}
+        for y in ys:
+            ax.plot(xs, y, linewidth=0.8, alpha=0.6, **look)
+        ax.plot(xs, ys.mean(axis=0), linewidth=2.4, label=f"{name} (mean of {len(ys)})", **look)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.legend(frameon=False)
+    return ax
