@@ -5,16 +5,21 @@ teaches are in the notebook, checked there by its own assert cells."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import matplotlib
+import nbformat
 import pytest
 import torch
 from matplotlib.colors import to_hex
 
-from transformer_course import MultiHeadAttention, plots
+from transformer_course import MultiHeadAttention, experiments, plots
 from transformer_course.chapters import ch08_scale as ch
-from transformer_course.training import DigitTask, TrainConfig, build_model
+from transformer_course.experiments import score_scaling
+from transformer_course.training import DigitTask, build_model
 from transformer_course.widgets import Explorer
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "08_why_scale.ipynb"
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -137,20 +142,63 @@ def test_jacobian_figure_marks_three_spreads():
 # --------------------------------------------------------------------------- training
 
 
-def test_train_settings_give_one_head_of_d_k_128():
-    config = TrainConfig(**ch.TRAIN_SETTINGS)
-    assert config.d_model // config.n_heads == 128 and config.n_layers == 1
-    model = build_model(
-        DigitTask(), TrainConfig(**ch.TRAIN_SETTINGS, model_kwargs={"attn_scale": 1.0})
-    )
-    assert {m.scale for m in model.modules() if isinstance(m, MultiHeadAttention)} == {1.0}
+def fake_rows(points=4):
+    """Rows shaped like experiments/score_scaling's: 2 seeds x 2 head sizes x divided or not."""
+    return [
+        {"d_k": d_k, "n_heads": 128 // d_k, "scaled": scaled, "seed": seed,
+         "curve": [2.0 - 0.1 * (i + seed) * scaled for i in range(points)]}
+        for d_k in (8, 128) for scaled in (True, False) for seed in (0, 1)
+    ]  # fmt: skip
 
 
-def test_loss_figure():
-    ax = ch.loss_figure({"divided": [2.0, 1.0, 0.5, 0.4], "not divided": [2.3] * 4}, d_k=128)
-    assert len(ax.get_lines()) == 2 + 1  # two runs and the log 10 line
-    assert list(ax.get_lines()[0].get_ydata()) == pytest.approx([2.0, 1.5, 7 / 6, 0.975])
-    assert "d_k = 128" in ax.get_title()
+def test_scaling_figure_draws_every_run_and_the_means():
+    fig = ch.scaling_figure(fake_rows(), log_every=10)
+    assert [ax.get_title() for ax in fig.axes] == ["d_k = 8, h = 16", "d_k = 128, h = 1"]
+    lines = fig.axes[0].get_lines()
+    assert len(lines) == 2 * (2 + 1) + 1  # 2 runs + their mean per setting, and log 10
+    assert list(lines[0].get_xdata()) == [10, 20, 30, 40]
+    assert list(lines[2].get_ydata()) == pytest.approx([1.95, 1.85, 1.75, 1.65])  # the mean
+    assert lines[2].get_linewidth() > lines[0].get_linewidth()
+    assert lines[3].get_linestyle() != lines[0].get_linestyle()  # not by colour alone
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["divided by √d_k (mean of 2)", "not divided (mean of 2)"]
+
+
+def test_runs_plot_refuses_runs_of_the_wrong_length():
+    with pytest.raises(ValueError, match=r"runs\['a'\]: expected runs of 3 values like x, got 2"):
+        plots.runs_plot(None, [1, 2, 3], {"a": [[1.0, 2.0]]}, xlabel="x", ylabel="y")
+    with pytest.raises(ValueError, match="runs: expected at least one setting"):
+        plots.runs_plot(None, [1, 2, 3], {}, xlabel="x", ylabel="y")
+
+
+def test_experiment_configs_keep_the_width_and_change_the_head_size():
+    for d_k in score_scaling.D_K:
+        config = score_scaling.config(d_k, scaled=False, seed=3)
+        assert config.d_model == 128 and config.d_model // config.n_heads == d_k
+        assert config.seed == 3 and config.model_kwargs == {"attn_scale": 1.0}
+        model = build_model(DigitTask(), config)
+        assert {m.scale for m in model.modules() if isinstance(m, MultiHeadAttention)} == {1.0}
+    assert score_scaling.config(8, scaled=True, seed=0).model_kwargs == {}
+    with pytest.raises(ValueError, match="d_k: expected a divisor of d_model = 128, got 48"):
+        score_scaling.config(48, scaled=True, seed=0)
+
+
+def test_experiment_results_hold_the_whole_grid():
+    results = experiments.load(score_scaling.NAME)
+    rows = results["rows"]
+    grid = {(r["d_k"], r["scaled"], r["seed"]) for r in rows}
+    assert len(rows) == len(grid) == len(score_scaling.D_K) * 2 * len(score_scaling.SEEDS)
+    assert len(score_scaling.SEEDS) >= 5
+    steps, every = score_scaling.SETTINGS["steps"], score_scaling.SETTINGS["log_every"]
+    assert all(len(r["curve"]) == steps // every for r in rows)
+    assert results["settings"]["d_model"] == score_scaling.SETTINGS["d_model"]
+
+
+@pytest.mark.slow
+def test_experiment_reproduces_its_cheapest_row_exactly():
+    rows = experiments.load(score_scaling.NAME)["rows"]
+    stored = next(r for r in rows if (r["d_k"], r["scaled"], r["seed"]) == (128, True, 0))
+    assert score_scaling.run(128, scaled=True, seed=0) == stored
 
 
 # --------------------------------------------------------------------------- widget
@@ -163,15 +211,18 @@ def test_widget_scores_use_prefixes_and_scale():
     raw = ch.widget_scores(16, scaled=False)
     torch.testing.assert_close(raw, K[:, :16] @ q[:16])
     torch.testing.assert_close(ch.widget_scores(16, scaled=True), raw / 4)
-    with pytest.raises(ValueError, match="d_k: expected one of"):
-        ch.widget_scores(3, scaled=True)
+    torch.testing.assert_close(ch.widget_scores(3), K[:, :3] @ q[:3])  # any size, not only 2^i
+    assert not torch.equal(ch.widget_scores(16, seed=9), raw)
+    for bad in (0, 1025, 3.5, True):
+        with pytest.raises(ValueError, match="d_k: expected a whole number from 1 to 1024"):
+            ch.widget_scores(bad)
 
 
 def test_saturation_explorer_frames():
-    explorer = ch.saturation_explorer()
+    explorer = ch.saturation_explorer(live=False)
     assert isinstance(explorer, Explorer)
     assert explorer.n_frames == 2 * len(ch.DIMS)
-    assert [c.kind for c in explorer.specs] == ["slider", "toggle"]
+    assert [c.kind for c in explorer.specs] == ["slider", "toggle", "text", "text"]
     off = explorer.frame(d_k=1024, scaled=False)
     on = explorer.frame(d_k=1024, scaled=True)
     assert "softmax(q·k)" in off and "softmax(q·k / √d_k)" in on
@@ -180,6 +231,107 @@ def test_saturation_explorer_frames():
     assert f"{float(torch.softmax(z, -1).max()):.3f}" in on
     assert "1/√d_k = 0.03125" in on
     assert "Explorer(Softmax saturation explorer" in repr(explorer)
+    hint = explorer.children[-1].value
+    assert "Run this notebook" in hint and "“d_k” to any value" in hint
+    assert "“Score multiplier”" in hint and "“Random seed”" in hint
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("auto", None), ("", None), (" 0.05 ", 0.05), ("1/8", 0.125), ("1/sqrt(512)", 512**-0.5),
+     ("1/√64", 0.125), ("sqrt(2)", 2**0.5), ("10", 10.0)],
+)  # fmt: skip
+def test_parse_multiplier_reads_numbers_fractions_and_roots(text, value):
+    assert ch.parse_multiplier(text) == (None if value is None else pytest.approx(value))
+
+
+@pytest.mark.parametrize("text", ["abc", "0", "-1", "1/0", "11", "nan", "inf", "1/sqrt(-4)", "√"])
+def test_parse_multiplier_refuses_the_rest_and_says_what_it_expected(text):
+    with pytest.raises(ValueError, match=r"multiplier: expected auto or a number in \(0, 10\]"):
+        ch.parse_multiplier(text)
+
+
+def test_parse_seed():
+    assert ch.parse_seed(" 42 ") == 42
+    for bad in ("-1", "1.5", "x", "", str(10**9 + 1)):
+        with pytest.raises(ValueError, match=r"seed: expected a whole number from 0 to 10\^9"):
+            ch.parse_seed(bad)
+
+
+def test_live_explorer_renders_a_d_k_between_the_frames():
+    explorer = ch.saturation_explorer(live=True)  # as in a reader's kernel
+    assert explorer.live and explorer.view is not None
+    d_k, scaled, _, _ = explorer.controls
+    d_k.value = 100.0  # between the frames 64 and 128
+    z = ch.widget_scores(100, scaled=True)
+    p = torch.softmax(z, dim=-1)
+    view = explorer.view.value
+    assert "d_k = 100:" in view and "1/√d_k = 0.1" in view
+    assert f"{float(p.max()):.3f}" in view and f"{float(z.std()):.2f}" in view
+    assert f"{float(ch.jacobian_norm(p)):.3f}" in view
+    scaled.value = False  # the division off, at the same d_k
+    top2 = ch.widget_scores(100).topk(2).values
+    lead = float(top2[0] - top2[1])
+    assert "softmax(q·k)" in explorer.view.value and f"leads by {lead:.2f}" in explorer.view.value
+
+
+def test_live_explorer_takes_a_typed_multiplier_and_seed_and_keeps_the_picture_on_bad_input():
+    explorer = ch.saturation_explorer(live=True)  # as in a reader's kernel
+    _, _, multiplier, seed = explorer.controls
+    multiplier.value = "1/sqrt(512)"  # the wrong d of the pitfall, at d_k = 64
+    z = ch.widget_scores(64) / math.sqrt(512)
+    entropy = float(-(torch.softmax(z, -1) * torch.log_softmax(z, -1)).sum())
+    view = explorer.view.value
+    assert "0.04419 (typed)" in view and "softmax(0.0442 × q·k)" in view
+    assert f"{entropy:.2f} nats" in view
+    seed.value = "3"
+    other = ch.widget_scores(64, seed=3) / math.sqrt(512)
+    assert f"{float(other.std()):.2f}" in explorer.view.value and explorer.view.value != view
+    good = explorer.view.value
+    multiplier.value = "lots"
+    assert "multiplier: expected auto or a number" in explorer.status.value
+    assert explorer.view.value == good  # the last picture stays
+    multiplier.value = "auto"
+    assert explorer.status.value == "" and "1/√d_k = 0.125" in explorer.view.value
+
+
+def test_live_explorer_writes_huge_weight_ratios_as_powers_of_ten(monkeypatch):
+    explorer = ch.saturation_explorer(live=True)
+    d_k, _, multiplier, _ = explorer.controls
+    top2 = ch.widget_scores(512).topk(2).values
+    lead = float(top2[0] - top2[1])  # about 51
+    d_k.value, multiplier.value = 512.0, "10"
+    assert f"e^{10 * lead:.2f} ≈ {math.exp(10 * lead):,.3g} times" in explorer.view.value
+    monkeypatch.setattr(ch, "MAX_MULTIPLIER", 100.0)
+    multiplier.value = "20"  # e^1020 overflows a float: written as a power of ten
+    assert f"≈ 10^{20 * lead / math.log(10):.0f} times" in explorer.view.value
+    assert explorer.status.value == ""
+
+
+def markdown(cell_id: str) -> str:
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    return next(cell.source for cell in notebook.cells if cell.get("id") == cell_id)
+
+
+def test_things_to_try_say_what_the_frames_show():
+    """Every number the widget's "things to try" quotes, checked against the frames' data."""
+    text = " ".join(markdown("1d9f39b8").split()).lower()
+    off = {d: ch.widget_scores(d) for d in ch.DIMS}
+    largest = {d: float(torch.softmax(z, -1).max()) for d, z in off.items()}
+    gain = {d: float(ch.jacobian_norm(torch.softmax(z, -1))) for d, z in off.items()}
+    assert "up to $d_k = 16$ the largest weight stays below 0.7" in text
+    assert max(largest[d] for d in ch.DIMS if d <= 16) < 0.7
+    assert "from $d_k = 32$ on, key k4 takes more than 99%" in text
+    assert min(largest[d] for d in ch.DIMS if d >= 32) > 0.99
+    assert all(int(torch.softmax(off[d], -1).argmax()) == 3 for d in ch.DIMS if d >= 32)
+    assert "gain stays below 0.02" in text and max(gain[d] for d in ch.DIMS if d >= 32) < 0.02
+    assert "below $10^{-10}$ from $d_k = 256$" in text
+    assert max(gain[d] for d in ch.DIMS if d >= 256) < 1e-10
+    on = [ch.widget_scores(d, scaled=True) for d in ch.DIMS]
+    on_gain = [float(ch.jacobian_norm(torch.softmax(z, -1))) for z in on]
+    assert "between 0.2 and 0.36" in text and 0.2 < min(on_gain) and max(on_gain) < 0.365
+    assert "between 0.5 and 1.7" in text
+    assert 0.5 < min(float(z.std()) for z in on) and max(float(z.std()) for z in on) < 1.7
 
 
 # --------------------------------------------------------------------------- exercises
@@ -220,3 +372,28 @@ def test_check_head_scale():
     assert "d_model" in ch.check_head_scale(768, 0.125, 64 / 768).reason
     assert "d_k terms" in ch.check_head_scale(64, 1 / math.sqrt(768), 64 / 768).reason
     assert "d_k / d_model" in ch.check_head_scale(64, 0.125, 1.0).reason
+
+
+def test_training_text_says_what_the_results_file_shows():
+    """The numbers the training section quotes, checked against the committed results."""
+    text = " ".join(markdown("8bd45ff0").split())
+    rows = experiments.load(score_scaling.NAME)["rows"]
+
+    def final(d_k, scaled, key="final_loss"):
+        runs = sorted((r for r in rows if (r["d_k"], r["scaled"]) == (d_k, scaled)),
+                      key=lambda r: r["seed"])  # fmt: skip
+        return torch.tensor([r[key] for r in runs], dtype=torch.float64)
+
+    gaps = {d: final(d, False) - final(d, True) for d in score_scaling.D_K}
+    assert "lower loss in all 15 pairs of runs" in text
+    assert sum(len(g) for g in gaps.values()) == 15 and all((g > 0).all() for g in gaps.values())
+    quoted = "about 0.3 at $d_k = 8$, 0.8 at $d_k = 32$ and 1.4 at $d_k = 128$"
+    assert quoted in text
+    assert [round(float(gaps[d].mean()), 1) for d in (8, 32, 128)] == [0.3, 0.8, 1.4]
+    assert gaps[8].max() < gaps[32].min() and gaps[32].max() < gaps[128].min()
+    assert "ends near 2.1 for every seed" in text
+    assert ((final(128, False) - 2.1).abs() < 0.06).all()
+    assert "every run, at every size, ends below 0.8" in text
+    assert max(float(final(d, True).max()) for d in score_scaling.D_K) < 0.8
+    assert "fewer than a third of the held-out sequences" in text
+    assert max(float(final(d, True, "exact_match").mean()) for d in score_scaling.D_K) < 1 / 3

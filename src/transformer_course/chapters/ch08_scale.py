@@ -1,24 +1,23 @@
 """Chapter 8, why divide by sqrt(d_k): random data, figures, the saturation explorer, checkers.
 
-The computations the chapter teaches are written in the notebook. The random queries and keys
-here have independent, zero-mean, unit-variance components (the variance argument's assumption),
-drawn from seeded generators in float64, so the numbers are the same on every machine.
+The lesson's computations are in the notebook. The random queries and keys here have independent,
+zero-mean, unit-variance components (the derivation's assumption), from seeded float64 generators.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 
-import matplotlib.ticker
 import torch
 from torch import Tensor
 
 from .. import plots
 from .._validation import check_choice, check_positive_int
 from ..exercises import Verdict, all_right, compare_number, compare_tensor, unanswered
-from ..measure import entropy, moving_average
-from ..widgets import Explorer, slider, toggle
+from ..measure import entropy
+from ..widgets import Explorer, slider, text, toggle
 
 # d_k = 1, 2, 4, ..., 1024: the paper's base model has d_k = 64, large models 128.
 DIMS = tuple(2**i for i in range(11))
@@ -83,18 +82,13 @@ def variance_figure(dims: Sequence[int], variances: Sequence[float], scaled: Seq
     import matplotlib.pyplot as plt
 
     fig, (ax, ax_hist) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
-    series = {
-        "Var(q·k), measured": list(variances),
-        "Var(q·k / √d_k), measured": list(scaled),
-        "Var = d_k (derivation)": [float(d) for d in dims],
-    }
+    series = {"Var(q·k), measured": list(variances), "Var(q·k / √d_k), measured": list(scaled),
+              "Var = d_k (derivation)": [float(d) for d in dims]}  # fmt: skip
     # The measurements lie on the derivation's line, so they are drawn as points only and the
     # line passes between and under them: both stay visible.
-    styles = {
-        "Var(q·k), measured": {"linestyle": "none", "markersize": 7},
-        "Var(q·k / √d_k), measured": {"linestyle": "none", "markersize": 6},
-        "Var = d_k (derivation)": {"linewidth": 1.5, "zorder": 1.5},
-    }
+    styles = {"Var(q·k), measured": {"linestyle": "none", "markersize": 7},
+              "Var(q·k / √d_k), measured": {"linestyle": "none", "markersize": 6},
+              "Var = d_k (derivation)": {"linewidth": 1.5, "zorder": 1.5}}  # fmt: skip
     plots.line_plot(ax, dims, series, xlabel="d_k", ylabel="variance of the score", logx=True,
                     logy=True, title="The variance grows like d_k", styles=styles,
                     dashed=("Var = d_k (derivation)",))  # fmt: skip
@@ -144,120 +138,130 @@ def jacobian_figure(scales: Sequence[float], medians: Sequence[float], means: Se
                          title=f"Softmax Jacobian of {N_KEYS} logits c·u, u ~ N(0, 1)",
                          dashed=("bound: 1/2",))  # fmt: skip
     ax.set_ylim(1e-12, 1.0)
-    for c, text in ((1.0, "scaled, any d_k"), (8.0, "unscaled, d_k = 64"),
-                    (32.0, "unscaled, d_k = 1024")):  # fmt: skip
+    for c, label in ((1.0, "scaled, any d_k"), (8.0, "unscaled, d_k = 64"),
+                     (32.0, "unscaled, d_k = 1024")):  # fmt: skip
         ax.axvline(c, color=plots.GREY, linestyle=":", linewidth=1)
         # Left of its line: the median falls steeply just right of c = 32 and would cross a label
         # there; to the left of each line the curves are still far above the label.
-        ax.text(c / 1.08, 2e-12, text, rotation=90, fontsize=9, color=plots.GREY,
+        ax.text(c / 1.08, 2e-12, label, rotation=90, fontsize=9, color=plots.GREY,
                 ha="right", va="bottom")  # fmt: skip
     return ax
 
 
 # --------------------------------------------------------------------------- training
 
-# One layer of width 128 and a single head, so d_k = 128 (twice the paper's 64); small enough that
-# two short runs take a few seconds each on one CPU thread.
-TRAIN_SETTINGS = dict(d_model=128, n_heads=1, n_layers=1, d_ff=128, batch_size=32, steps=200,
-                      lr=1e-3, warmup=50, n_test=300)  # fmt: skip
 
+def scaling_figure(rows: Sequence[Mapping], log_every: int):
+    """Training loss of every run (thin) and their mean (thick) against the step, one panel per
+    d_k, divided and undivided; `rows` as in experiments/score_scaling. Returns the Figure."""
+    import matplotlib.pyplot as plt
 
-def loss_figure(losses: Mapping[str, Sequence[float]], d_k: int, window: int = 25):
-    """Smoothed training loss against the step, one line per run (log y); returns the Axes."""
-    steps = list(range(1, len(next(iter(losses.values()))) + 1))
-    smooth = {label: moving_average(values, window) for label, values in losses.items()}
-    ax = plots.line_plot(None, steps, smooth, xlabel="training step", logy=True, markers=False,
-                         ylabel=f"training loss (mean of {window} steps)",
-                         title=f"Digit reversal, one head with d_k = {d_k}")  # fmt: skip
-    ax.axhline(math.log(10), color=plots.GREY, linestyle=":", linewidth=1)
-    ax.text(steps[-1], math.log(10) * 1.05, "log 10: guessing a digit", ha="right",
-            fontsize=9, color=plots.GREY)  # fmt: skip
-    # Plain tick labels on the log axis (matplotlib would write 6×10⁻¹ for the minor ticks).
-    low, high = ax.get_ylim()
-    ticks = [t for t in (0.1, 0.2, 0.5, 1.0, 2.0, 3.0, 5.0) if low <= t <= high]
-    ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
-    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    return ax
+    dims = sorted({row["d_k"] for row in rows})
+    fig, axes = plt.subplots(1, len(dims), figsize=(10, 3.6), sharey=True, layout="constrained")
+    for ax, d_k in zip(axes, dims, strict=True):
+        runs = {label: [row["curve"] for row in rows if row["d_k"] == d_k and row["scaled"] == s]
+                for label, s in (("divided by √d_k", True), ("not divided", False))}  # fmt: skip
+        steps = [log_every * (i + 1) for i in range(len(runs["not divided"][0]))]
+        h = next(row["n_heads"] for row in rows if row["d_k"] == d_k)
+        plots.runs_plot(ax, steps, runs, xlabel="training step", title=f"d_k = {d_k}, h = {h}",
+                        ylabel=f"loss (mean of {log_every} steps)")  # fmt: skip
+        ax.axhline(math.log(10), color=plots.GREY, linestyle=":", linewidth=1)  # guessing
+        ax.label_outer()
+    return fig
 
 
 # --------------------------------------------------------------------------- the widget
 
 WIDGET_SEED = 8
 KEY_LABELS = tuple(f"k{j + 1}" for j in range(N_KEYS))
+MAX_MULTIPLIER = 10.0
 
 
-def widget_scores(d_k: int, scaled: bool) -> Tensor:
-    """The scores (8,) of the widget's fixed query and keys at d_k, divided by sqrt(d_k) when
-    `scaled`. Each d_k uses the first d_k components, so neighbouring sizes look alike."""
-    if d_k not in DIMS:
-        raise ValueError(f"d_k: expected one of {list(DIMS)}, got {d_k!r}")
-    generator = torch.Generator().manual_seed(WIDGET_SEED)
+def widget_scores(d_k: int, scaled: bool = False, seed: int = WIDGET_SEED) -> Tensor:
+    """The scores (8,) of the widget's query and keys (drawn from `seed`) at d_k, divided by
+    sqrt(d_k) when `scaled`. d_k takes the first d_k components: neighbouring sizes look alike."""
+    if isinstance(d_k, bool) or not isinstance(d_k, int) or not 1 <= d_k <= max(DIMS):
+        raise ValueError(f"d_k: expected a whole number from 1 to {max(DIMS)}, got {d_k!r}")
+    generator = torch.Generator().manual_seed(seed)
     q = torch.randn(max(DIMS), generator=generator, dtype=torch.float64)
     K = torch.randn(N_KEYS, max(DIMS), generator=generator, dtype=torch.float64)
     z = (K[:, :d_k] @ q[:d_k, None]).squeeze(-1)  # (8,)
     return z / math.sqrt(d_k) if scaled else z
 
 
-def saturation_explorer() -> Explorer:
-    """The chapter's widget: a d_k slider and a divide-by-sqrt(d_k) toggle; weight bars, entropy,
-    largest weight and the Jacobian norm for one fixed query and eight fixed keys."""
-    dims = DIMS
-    curves = {}
-    for scaled in (False, True):
-        z = torch.stack([widget_scores(d, scaled) for d in dims])  # (n_dims, 8)
-        p = torch.softmax(z, dim=-1)
-        curves[scaled] = (z, p, entropy(p), jacobian_norm(p))
-    max_entropy = math.log(N_KEYS)
+def parse_multiplier(text: str) -> float | None:
+    """The live widget's typed score multiplier: None for "auto" (the toggle decides), else a
+    number in (0, 10] written like 0.05, 1/8, 1/sqrt(512) or 1/√512."""
+    body = text.strip().lower().replace(" ", "")
+    if body in ("", "auto"):
+        return None
+    inverse, body = body.startswith("1/"), body.removeprefix("1/")
+    root = re.fullmatch(r"sqrt\((.+)\)|√(.+)", body)
+    try:
+        value = math.sqrt(float(root[1] or root[2])) if root else float(body)
+        value = 1 / value if inverse else value  # both raise on text, 1/0, sqrt of a negative
+    except (ValueError, ZeroDivisionError):
+        value = math.nan
+    if not 0 < value <= MAX_MULTIPLIER:  # also refuses nan and inf
+        raise ValueError(f"multiplier: expected auto or a number in (0, {MAX_MULTIPLIER:g}] like "
+                         f"0.05, 1/8 or 1/sqrt(512), got {text!r}")  # fmt: skip
+    return value
 
-    def render(d_k: int, scaled: bool) -> str:
-        i = dims.index(d_k)
-        z, p, entropies, norms = curves[scaled]
-        top = int(p[i].argmax())
-        top2 = z[i].topk(2).values
-        gap = float(top2[0] - top2[1])
+
+def parse_seed(text: str) -> int:
+    """The live widget's typed seed of the random query and keys: a whole number 0..10^9."""
+    if not text.strip().isdigit() or int(text) > 10**9:  # isdigit: no sign, no point
+        raise ValueError(f"seed: expected a whole number from 0 to 10^9, got {text!r}")
+    return int(text)
+
+
+def saturation_explorer(live: bool | None = None) -> Explorer:
+    """The chapter's widget: d_k and divide-by-sqrt(d_k) (live: any d_k, a typed multiplier and
+    seed); weight bars, entropy, largest weight and the Jacobian norm of one query, 8 keys."""
+
+    def render(d_k: float, scaled: bool, multiplier: float | None, seed: int) -> str:
+        d_k = int(d_k) if float(d_k).is_integer() else d_k  # the live slider gives floats
+        grid = sorted({*DIMS, d_k})  # the curves, through the slider's value (live: any)
+        i, max_entropy = grid.index(d_k), math.log(N_KEYS)
+        z = torch.stack([widget_scores(d, scaled and multiplier is None, seed) for d in grid])
+        z *= 1.0 if multiplier is None else multiplier  # (n, 8)
+        p = torch.softmax(z, dim=-1)
+        entropies, norms = entropy(p), jacobian_norm(p)
+        top, (first, second), jac = int(p[i].argmax()), z[i].topk(2).values.tolist(), norms[i]
+        gap, jac = first - second, float(jac)
         formula = "softmax(q·k / √d_k)" if scaled else "softmax(q·k)"
-        jac = float(norms[i])
+        used = f"1/√d_k = {1 / math.sqrt(d_k):.4g}" if scaled else "1 (none)"
+        if multiplier is not None:
+            formula, used = f"softmax({multiplier:.3g} × q·k)", f"{multiplier:.4g} (typed)"
+        ratio = f"{math.exp(gap):,.3g}" if gap < 700 else f"10^{gap / math.log(10):.0f}"
+        curve = dict(marker=i, xlabel="d_k", logx=True, ymin=0.0, width=210, height=140)
         return plots.frame(
             plots.svg_bars(p[i], KEY_LABELS, title=formula, highlight=top)
-            + plots.readout(
-                {
-                    "score multiplier": (
-                        f"1/√d_k = {1 / math.sqrt(d_k):.4g}" if scaled else "1 (none)"
-                    ),
-                    "spread of the scores (std)": f"{float(z[i].std()):.2f}",
-                    "lead of the top key": f"{gap:.2f}",
-                    "largest weight": f"{float(p[i, top]):.3f}",
-                    "entropy": f"{float(entropies[i]):.2f} nats (uniform {max_entropy:.2f})",
-                    "gradient gain ‖J‖₂": f"{jac:.2e}" if jac < 1e-3 else f"{jac:.3f}",
-                }
-            ),
-            # The two charts one above the other, beside the bars and the numbers.
-            "".join(
-                f"<div>{chart}</div>"
-                for chart in (
-                    plots.svg_line(
-                        dims, entropies, marker=i, title="Entropy", xlabel="d_k",
-                        ylabel="nats", logx=True, ymin=0.0, ymax=max_entropy, width=210,
-                        height=140,
-                    ),
-                    plots.svg_line(
-                        dims, norms, marker=i, title="Gradient gain ‖J‖₂", xlabel="d_k",
-                        ylabel="norm", logx=True, ymin=0.0, ymax=0.5, width=210, height=140,
-                        decimals=3,
-                    ),
-                )
-            ),
+            + plots.readout({
+                "score multiplier": used, "spread of the scores (std)": f"{float(z[i].std()):.2f}",
+                "lead of the top key": f"{gap:.2f}", "largest weight": f"{float(p[i, top]):.3f}",
+                "entropy": f"{float(entropies[i]):.2f} nats (uniform {max_entropy:.2f})",
+                "gradient gain ‖J‖₂": f"{jac:.2e}" if jac < 1e-3 else f"{jac:.3f}",
+            }),
+            "".join(f"<div>{chart}</div>" for chart in (
+                plots.svg_line(grid, entropies, title="Entropy", ylabel="nats", ymax=max_entropy,
+                               **curve),
+                plots.svg_line(grid, norms, title="Gradient gain ‖J‖₂", ylabel="norm", ymax=0.5,
+                               decimals=3, **curve),
+            )),
             caption=(
                 f"d_k = {d_k}: the top key ({KEY_LABELS[top]}) leads by {gap:.2f}, so it gets "
-                f"e^{gap:.2f} ≈ {math.exp(gap):,.3g} times the weight of the runner-up."
+                f"e^{gap:.2f} ≈ {ratio} times the weight of the runner-up."
             ),
         )  # fmt: skip
 
     return Explorer(
         render,
         [
-            slider("d_k", dims, "d_k", initial=dims.index(64)),
+            slider("d_k", DIMS, "d_k", initial=DIMS.index(64), live=(1, max(DIMS), 1)),
             toggle("scaled", "Divide by √d_k", labels=("no", "yes"), initial=True),
+            text("multiplier", "Score multiplier", "auto", parse_multiplier),
+            text("seed", "Random seed", str(WIDGET_SEED), parse_seed),
         ],
         title="Softmax saturation explorer",
         caption=(
@@ -266,13 +270,13 @@ def saturation_explorer() -> Explorer:
             "one-hot and the gradient gain ‖J‖₂ (at most 0.5) falls towards 0. With it, the "
             "spread stays near 1 at every d_k."
         ),
+        live=live,
     )
 
 
 # --------------------------------------------------------------------------- exercises
 
-EXERCISE_STD = 2.0  # exercise 1: q and k components with standard deviation 2 ...
-EXERCISE_D_K = 64  # ... in d_k = 64 dimensions
+EXERCISE_STD, EXERCISE_D_K = 2.0, 64  # exercise 1: q, k components of std 2 in d_k = 64
 EXERCISE_LOGITS = (1.0, 0.0, -1.0)  # exercise 2
 EXERCISE_D_MODEL, EXERCISE_HEADS = 768, 12  # exercise 3: BERT-base's sizes
 
