@@ -4,6 +4,8 @@ notebook."""
 
 from __future__ import annotations
 
+import re
+
 import matplotlib
 import pytest
 import torch
@@ -70,9 +72,18 @@ def example_weights(T: int = 8) -> dict[bool, torch.Tensor]:
     return {False: scores.softmax(dim=-1), True: masked}
 
 
+def weights_of(words, masked):
+    """Stand-in for the chapter's attention: random scores, softmax, causal mask or not."""
+    return example_weights(len(words))[masked]
+
+
+def example_labels() -> list[str]:
+    return ch.to_words(ch.example_batch()[1][0, :-1], ch.TGT_VOCAB)
+
+
 def test_causal_mask_explorer():
-    labels = ch.to_words(ch.example_batch()[1][0, :-1], ch.TGT_VOCAB)
-    explorer = ch.causal_mask_explorer(example_weights(), labels)
+    labels = example_labels()
+    explorer = ch.causal_mask_explorer(weights_of, labels, live=False)
     assert isinstance(explorer, Explorer)
     assert explorer.n_frames == 2 * 8
     assert len(set(explorer.frames.values())) == explorer.n_frames
@@ -86,26 +97,87 @@ def test_causal_mask_explorer():
     assert "8 of 8" in unmasked and "including the tokens after it" in unmasked
     assert ">0.00</td>" not in unmasked.split("weight on later tokens")[1][:120]
     assert sum(len(f) for f in explorer.frames.values()) < 300_000
+    assert "Run this notebook" in explorer.children[-1].value  # the static page says what is live
+
+
+def readout(html: str, name: str) -> str:
+    """The value of one row of a frame's readout table."""
+    return re.search(rf"{re.escape(name)}</th>\s*<td[^>]*>([^<]*)</td>", html).group(1)
+
+
+def test_causal_mask_explorer_live_takes_any_position_and_typed_words():
+    explorer = ch.causal_mask_explorer(weights_of, example_labels(), live=True)
+    masked, query, words = explorer.controls
+    assert readout(explorer.view.value, "keys it may see") == "4 of 8"  # query 3, as static
+    query.value = "6"  # typed, not an option label
+    assert (
+        explorer.status.value == "" and readout(explorer.view.value, "keys it may see") == "7 of 8"
+    )
+    words.value = "die Katze saß auf der Matte . die Katze saß"  # 10 words: T = 11
+    assert readout(explorer.view.value, "keys it may see") == "7 of 11"
+    query.value = "10"
+    assert readout(explorer.view.value, "keys it may see") == "11 of 11"
+    assert readout(explorer.view.value, "weight on later tokens") == "0.00"
+    masked.index = 0  # mask off: the query sees all 11, and later tokens get weight
+    assert readout(explorer.view.value, "keys it may see") == "11 of 11"
+    query.value = "2"
+    assert readout(explorer.view.value, "weight on later tokens") != "0.00"
+    good = explorer.view.value
+    for box, bad, says in [(query, "x", "position: expected a whole number"),
+                           (query, "11", "position: expected 0 to 10, got 11"),
+                           (words, "die Hund", "words: expected 1 to 10 of"),
+                           (words, " ".join(["die"] * 11), "words: expected 1 to 10")]:  # fmt: skip
+        box.value = bad
+        assert says in explorer.status.value and 'role="alert"' in explorer.status.value, bad
+        assert explorer.view.value == good  # the last picture stays
+
+
+def changes_of(words, position, new_word, masked):
+    """Stand-in for the chapter's output_change: 0 before the edit when masked, else 0.5."""
+    change = torch.full((len(words),), 0.5 + 0.1 * len(new_word))
+    if masked:
+        change[:position] = 0.0
+    return change
 
 
 def test_leak_explorer():
-    labels = ["<bos>", "a", "b", "c"]
-    changes = {}
-    for t in range(1, 4):
-        for masked in (False, True):
-            change = torch.full((4,), 0.5)
-            if masked:
-                change[:t] = 0.0  # earlier outputs do not move
-            changes[t, masked] = change
-    explorer = ch.leak_explorer(changes, labels, {1: "x", 2: "y", 3: "z"})
+    labels = ["<bos>", "die", "Katze", "saß"]
+    explorer = ch.leak_explorer(changes_of, labels, live=False)
     assert explorer.n_frames == 3 * 2
     for position in range(1, 4):
         masked = explorer.frame(position=position, masked=True)
         assert ">0.00</td>" in masked.split("before the edit")[1][:120]
         assert "do not move" in masked
-    unmasked = explorer.frame(position=2, masked=False)
-    assert "they read the future" in unmasked and "b → y" in unmasked
-    assert ">0.50</td>" in unmasked.split("before the edit")[1][:120]
+    unmasked = explorer.frame(position=1, masked=False)
+    assert "they read the future" in unmasked and "die → Katze" in unmasked
+    assert ">1.00</td>" in unmasked.split("before the edit")[1][:120]  # 0.5 + 0.1 * len("Katze")
+    assert "Katze → die" in explorer.frame(position=2, masked=False)  # never the same word
+
+
+def test_leak_explorer_live_takes_any_input_position_and_word():
+    calls = []
+
+    def spy(words, position, new_word, masked):
+        calls.append((words, position, new_word, masked))
+        return changes_of(words, position, new_word, masked)
+
+    explorer = ch.leak_explorer(spy, example_labels(), live=True)
+    position, masked, words, word = explorer.controls
+    words.value = "die Katze saß"
+    position.value = "3"
+    word.value = "Matte"
+    assert calls[-1] == (("<bos>", "die", "Katze", "saß"), 3, "Matte", True)
+    assert "saß → Matte" in explorer.view.value and "do not move" in explorer.view.value
+    masked.index = 0
+    assert readout(explorer.view.value, "largest change before the edit") == "1.00"
+    good = explorer.view.value
+    for box, bad, says in [(position, "0", "position: expected 1 to 3, got 0"),
+                           (position, "4", "position: expected 1 to 3, got 4"),
+                           (word, "Hund", "word: expected 1 to 1 of"),
+                           (word, "die der", "word: expected 1 to 1 of")]:  # fmt: skip
+        box.value = bad
+        assert says in explorer.status.value and 'role="alert"' in explorer.status.value, bad
+        assert explorer.view.value == good
 
 
 # --------------------------------------------------------------------------- exercises

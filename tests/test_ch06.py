@@ -4,6 +4,8 @@ rewired decoder) is written and checked in the notebook."""
 
 from __future__ import annotations
 
+import re
+
 import matplotlib
 import pytest
 import torch
@@ -128,6 +130,45 @@ def test_explorer_frames(record, trained):
     assert "source padding" in frame and "causal" not in frame
     masked = explorer.frame(module="decoder.layers.0.self_attn", head=ch.HEAD_MEAN)
     assert "Q-decoder.layers.0.self_attn" in masked and "causal" in masked and "<svg" in masked
+
+
+def readout(html: str, name: str) -> str:
+    """The value of one row of a frame's readout table."""
+    return re.search(rf"{re.escape(name)}</th>\s*<td[^>]*>([^<]*)</td>", html).group(1)
+
+
+def test_explorer_live_records_a_typed_source(record, trained):
+    model, task, _ = trained
+    calls = []
+
+    def rerecord(text):
+        calls.append(text)
+        src, tgt_in = ch.example_batch(task, text)
+        with torch.no_grad(), recording_attention(model) as weights:
+            model(src, tgt_in)
+        return weights, task.labels(src[0]), task.labels(tgt_in[0])
+
+    sources = {name: ("Q", "K", "V") for name in record[3]}
+    explorer = ch.attention_explorer(record[3], sources, *labels(trained, record), rerecord, True)
+    module, head, digits = explorer.controls
+    assert readout(explorer.view.value, "weights") == "8 x 7" and calls == []  # the example
+    digits.value = "1 2 3"
+    assert calls == ["1 2 3"] and explorer.status.value == ""
+    assert readout(explorer.view.value, "weights") == "4 x 3"  # T x S of the typed source
+    assert ">&lt;bos&gt;<" in explorer.view.value and "Decoder layer" not in explorer.view.value
+    module.index = 0  # encoder layer 1: another module of the same typed source
+    assert readout(explorer.view.value, "weights") == "3 x 3" and calls == ["1 2 3"]  # cached
+    head.index = 2
+    assert "encoder 1: self, head 3" in explorer.view.value
+    good = explorer.view.value
+    for bad, says in [("1 2 x", "digits: expected digits separated by spaces"),
+                      ("12 3", "digits: expected digits separated"),
+                      ("1 2", "3..10 digits")]:  # fmt: skip
+        digits.value = bad
+        assert says in explorer.status.value and 'role="alert"' in explorer.status.value, bad
+        assert explorer.view.value == good  # the last picture stays
+    static = ch.attention_explorer(record[3], sources, *labels(trained, record), rerecord, False)
+    assert "Run this notebook" in static.children[-1].value and calls == ["1 2 3", "1 2"]
 
 
 # --------------------------------------------------------------------------- exercises

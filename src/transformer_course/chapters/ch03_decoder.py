@@ -14,7 +14,7 @@ from ..exercises import Verdict, as_tensor, compare_tensor, unanswered
 from ..layers import DecoderLayer
 from ..masks import causal_mask
 from ..training import BOS, EOS, SPECIAL_TOKENS
-from ..widgets import Explorer, dropdown, toggle
+from ..widgets import Explorer, dropdown, text, toggle
 
 # --------------------------------------------------------------------------- the example
 
@@ -83,51 +83,63 @@ def leak_figure(changes: Mapping[str, Tensor], labels: Sequence[str], position: 
 
 # --------------------------------------------------------------------------- widgets
 
+MAX_WORDS = 10  # a typed decoder input: at most 10 words after <bos> (the frames stay small)
 
-def causal_mask_explorer(weights: Mapping[bool, Tensor], labels: Sequence[str]) -> Explorer:
+
+def parse_words(text: str, most: int = MAX_WORDS, name: str = "words") -> tuple[str, ...]:
+    """A typed decoder input, e.g. "die Katze saß": <bos> and its words, all from TGT_VOCAB."""
+    words, known = text.split(), TGT_VOCAB[len(SPECIAL_TOKENS) :]
+    if not 1 <= len(words) <= most or any(w not in known for w in words):
+        raise ValueError(f"{name}: expected 1 to {most} of {' '.join(known)}, got {text!r}")
+    return ("<bos>", *words)
+
+
+def parse_position(text: str) -> int:
+    """A typed position, "5" or "5: der" (the label of the drop-down)."""
+    head = text.split(":")[0].strip()
+    if not head.isdigit():
+        raise ValueError(f'position: expected a whole number like "5", got {text!r}')
+    return int(head)
+
+
+def _check_position(position: int, words: Sequence[str], first: int = 0) -> None:
+    if not first <= position < len(words):
+        raise ValueError(f"position: expected {first} to {len(words) - 1}, got {position}")
+
+
+def causal_mask_explorer(
+    weights_of: Callable[[tuple[str, ...], bool], Tensor], labels: Sequence[str], live=None
+) -> Explorer:
     """Widget: mask on/off and a query position; which keys it may see and its weights row.
-    `weights` maps mask on/off to (T, T) weights; `labels` are the T decoder input tokens."""
-    T = len(labels)
-    allowed = {True: causal_mask(T), False: torch.ones(T, T, dtype=torch.bool)}
-    sees = {
-        True: "positions 0 to {} only.",
-        False: "every position, including the tokens after it.",
-    }
-    positions = {f"{t}: {w}": t for t, w in enumerate(labels)}
+    `weights_of(words, masked)` gives the (T, T) weights for T decoder input tokens (from <bos>);
+    `labels` are the example's. With a kernel the reader types any position and decoder input."""
 
-    def render(masked: bool, query: int) -> str:
-        row = weights[masked][query]
+    def render(masked: bool, query: int, words: tuple[str, ...] = tuple(labels)) -> str:
+        _check_position(query, words)
+        T, row = len(words), weights_of(words, masked)[query]
+        allowed = causal_mask(T) if masked else torch.ones(T, T, dtype=torch.bool)
         return plots.frame(
-            plots.svg_heatmap(
-                allowed[masked].float(),
-                labels,
-                labels,
-                title="May attend (1) or blocked (0)",
-                highlight_row=query,
-                cmap="cividis",
-                decimals=0,
-                cell=26,
-            ),
-            plots.svg_bars(
-                row, labels, title=f"Weights of query {query} ({labels[query]})", highlight=query
-            )
-            + plots.readout(
-                {
-                    "keys it may see": f"{int(allowed[masked][query].sum())} of {T}",
-                    "weight on later tokens": f"{float(row[query + 1 :].sum()):.2f}",
-                    "row sum": f"{float(row.sum()):.2f}",
-                }
-            ),
-            caption=f"Query {query} ({labels[query]}) sees {sees[masked].format(query)}",
-        )
+            plots.svg_heatmap(allowed.float(), words, words, title="May attend (1) or blocked (0)",
+                              highlight_row=query, cmap="cividis", decimals=0, cell=26),
+            plots.svg_bars(row, words, title=f"Weights of query {query} ({words[query]})",
+                           highlight=query)
+            + plots.readout({"keys it may see": f"{int(allowed[query].sum())} of {T}",
+                             "weight on later tokens": f"{float(row[query + 1 :].sum()):.2f}",
+                             "row sum": f"{float(row.sum()):.2f}"}),
+            caption=f"Query {query} ({words[query]}) sees " + (f"positions 0 to {query} only."
+                    if masked else "every position, including the tokens after it."),
+        )  # fmt: skip
 
+    positions = {f"{t}: {w}": t for t, w in enumerate(labels)}
     return Explorer(
         render,
         [
             toggle("masked", "Causal mask", labels=("off", "on"), initial=True),
-            dropdown("query", positions, "Query position", initial=3),
+            dropdown("query", positions, "Query position", initial=3, typed=parse_position),
+            text("words", "Decoder input", " ".join(labels[1:]), parse_words),
         ],
         title="Causal-mask explorer",
+        live=live,
         caption=(
             "First decoder layer of the untrained example model, weights averaged over the 4 "
             "heads. With the mask on, every weight right of the query is exactly 0; switch it off "
@@ -137,38 +149,46 @@ def causal_mask_explorer(weights: Mapping[bool, Tensor], labels: Sequence[str]) 
 
 
 def leak_explorer(
-    changes: Mapping[tuple[int, bool], Tensor], labels: Sequence[str], edits: Mapping[int, str]
+    change_of: Callable[[tuple[str, ...], int, str, bool], Tensor], labels: Sequence[str], live=None
 ) -> Explorer:
     """Widget: change the token at one position; see which outputs move, with and without mask.
-    `changes` maps (edited position, mask on) to the (T,) largest change of each output,
-    `labels` are the T decoder input tokens, `edits` maps a position to the word put there."""
-    vmax = max(float(c.max()) for c in changes.values())
-    moves = {
-        True: "Outputs before it do not move: the mask keeps the future out.",
-        False: "Outputs before it move: they read the future token.",
-    }
-    bar_labels = [f"{t}: {w}" for t, w in enumerate(labels)]
+    `change_of(words, position, new_word, masked)` gives the (T,) largest change of each output
+    for the decoder input `words` (from <bos>); `labels` are the example's. The new word is
+    "Katze" (or "die" where Katze already is); with a kernel, any word, position and input."""
 
-    def render(position: int, masked: bool) -> str:
-        change = changes[position, masked]
+    def edit(words: tuple[str, ...], position: int, word: str, masked: bool) -> tuple[str, Tensor]:
+        new = next(w for w in (word, "die", "der") if w != words[position])
+        return new, change_of(words, position, new, masked)
+
+    # One bar scale for every static frame, so that frames compare at a glance.
+    vmax = max(float(edit(tuple(labels), t, "Katze", m)[1].max())
+               for t in range(1, len(labels)) for m in (False, True))  # fmt: skip
+
+    def render(position: int, masked: bool, words=tuple(labels), word="Katze") -> str:
+        _check_position(position, words, first=1)
+        new, change = edit(words, position, word, masked)
+        bar_labels = [f"{t}: {w}" for t, w in enumerate(words)]
         return plots.frame(
-            plots.svg_bars(
-                change, bar_labels, title="How far each output moves", vmax=vmax, highlight=position
-            )
-            + plots.readout(
-                {"largest change before the edit": f"{float(change[:position].max()):.2f}"}
-            ),
-            caption=f"Edit: position {position}, {labels[position]} → {edits[position]}. "
-            + moves[masked],
-        )
+            plots.svg_bars(change, bar_labels, title="How far each output moves",
+                           vmax=max(vmax, float(change.max())), highlight=position)
+            + plots.readout({"largest change before the edit":
+                             f"{float(change[:position].max()):.2f}"}),
+            caption=f"Edit: position {position}, {words[position]} → {new}. " + (
+                "Outputs before it do not move: the mask keeps the future out." if masked
+                else "Outputs before it move: they read the future token."),
+        )  # fmt: skip
 
+    positions = {f"{t}: {labels[t]}": t for t in range(1, len(labels))}
     return Explorer(
         render,
         [
-            dropdown("position", {f"{t}: {labels[t]}": t for t in edits}, "Edit token"),
+            dropdown("position", positions, "Edit token", typed=parse_position),
             toggle("masked", "Causal mask", labels=("off", "on"), initial=True),
+            text("words", "Decoder input", " ".join(labels[1:]), parse_words),
+            text("word", "New word", "Katze", lambda w: parse_words(w, 1, "word")[1]),
         ],
         title="Leak explorer",
+        live=live,
         caption=(
             "The orange bar is the edited position. Bars above it are the earlier outputs: with "
             "the causal mask they stay at 0.00."
@@ -190,10 +210,7 @@ def check_causal_mask(answer: object) -> Verdict:
     expected = causal_mask(T).double()
     ones = torch.ones(T, T, dtype=torch.float64)
     verdict = compare_tensor(
-        answer,
-        expected,
-        name="mask",
-        what="the mask",
+        answer, expected, name="mask", what="the mask",
         mistakes={
             "the diagonal is missing: a position may attend to itself (j <= i, not j < i), "
             "otherwise position 0 has nothing to attend to": ones.tril(-1),
@@ -202,7 +219,7 @@ def check_causal_mask(answer: object) -> Verdict:
             "uses True = may attend": 1 - ones.tril(),
         },
         hint="row i is the query, column j the key; allow j <= i.",
-    )
+    )  # fmt: skip
     right = "row i allows keys 0..i, the lower triangle with its diagonal"
     return Verdict.right(right) if verdict.ok else verdict
 
@@ -216,11 +233,8 @@ def check_cross_attention_shape(answer: object) -> Verdict:
     try:
         got = tuple(int(x) for x in answer)  # type: ignore[union-attr]
     except (TypeError, ValueError):
-        return Verdict.not_yet(
-            "the shape could not be read",
-            f"answer is a {type(answer).__name__}, not a tuple of ints",
-            "write it like (2, 3, 4, 5).",
-        )
+        reason = f"answer is a {type(answer).__name__}, not a tuple of ints"
+        return Verdict.not_yet("the shape could not be read", reason, "write it like (2, 3, 4, 5).")
     expected = (B, h, T, S)
     if got == expected:
         return Verdict.right(
@@ -250,23 +264,15 @@ def check_teacher_forcing(decoder_input: object, labels: object) -> Verdict:
             "the pair is not right",
             "input and labels are swapped: the input starts with <bos>, the labels end with <eos>",
         )
-    unshifted = (
-        "the input is not shifted: if position t reads the token it must predict, "
-        "it can simply copy it"
+    unshifted = "the input is not shifted: a position that reads its own label can copy it"
+    parts = (  # (answer, expected, its name, the mistake of not shifting, what to drop)
+        (decoder_input, full[:-1], "decoder input", full[1:], "the last token"),
+        (labels, full[1:], "labels", full[:-1], "the first token (<bos>)"),
     )
-    parts = (  # (answer, expected, its name, the mistake of not shifting, hint)
-        (decoder_input, full[:-1], "decoder input", full[1:], "drop the last token"),
-        (labels, full[1:], "labels", full[:-1], "drop the first token (<bos>)"),
-    )
-    for answer, expected, name, wrong, hint in parts:
-        verdict = compare_tensor(
-            answer,
-            expected,
-            name=name.replace(" ", "_"),
-            what=f"the {name}",
-            mistakes={unshifted: wrong},
-            hint=f"{hint} of the full target.",
-        )
+    for answer, expected, name, wrong, drop in parts:
+        hint = f"drop {drop} of the full target."
+        verdict = compare_tensor(answer, expected, name=name.replace(" ", "_"), what=f"the {name}",
+                                 mistakes={unshifted: wrong}, hint=hint)  # fmt: skip
         if not verdict.ok:
             return verdict
     return Verdict.right(
@@ -316,11 +322,8 @@ def check_leaking_suspects(answer: object) -> Verdict:
     try:
         got = {str(x).strip().upper() for x in answer}  # type: ignore[union-attr]
     except TypeError:
-        return Verdict.not_yet(
-            "the answer could not be read",
-            f"answer is a {type(answer).__name__}, not a set of names",
-            'write it like {"A", "B"}.',
-        )
+        reason = f"answer is a {type(answer).__name__}, not a set of names"
+        return Verdict.not_yet("the answer could not be read", reason, 'write it like {"A", "B"}.')
     unknown = sorted(got - {"A", "B", "C", "D"})
     if unknown:
         return Verdict.not_yet("the answer is not right", f"there is no suspect {unknown[0]}")

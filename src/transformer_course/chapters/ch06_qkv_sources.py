@@ -8,7 +8,8 @@ Add & Norm of decoder layer l, Y_l the output of decoder layer l.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 
 import torch
@@ -28,7 +29,7 @@ from ..training import (
     build_model,
     load_trained_model,
 )
-from ..widgets import Explorer, dropdown, slider
+from ..widgets import Explorer, dropdown, slider, text
 
 # --------------------------------------------------------------------------- the example
 
@@ -121,11 +122,20 @@ def three_kinds_figure(weights: Mapping[str, Tensor], source: Sequence[str], tar
 HEAD_MEAN = -1  # the value of the head control that shows the mean over heads
 
 
+def parse_digits(text: str) -> str:
+    """A typed source, "3 1 4": single digits separated by spaces (the model checks the length)."""
+    if not re.fullmatch(r"\d( \d)*", text.strip()):
+        raise ValueError(f'digits: expected digits separated by spaces ("3 1 4"), got {text!r}')
+    return text.strip()
+
+
 def attention_explorer(
     weights: Mapping[str, Tensor],
     sources: Mapping[str, Sequence[str]],
     source: Sequence[str],
     target: Sequence[str],
+    record: Callable[[str], tuple] | None = None,
+    live: bool | None = None,
 ) -> Explorer:
     """Widget: pick an attention module (layer + type) and a head; see its weights with the
     tokens on the axes and where its Q, K and V came from.
@@ -134,39 +144,36 @@ def attention_explorer(
         weights: {module name: (1, h, rows, cols)}, as `recording_attention(model)` records them.
         sources: {module name: (name of the Q input, of the K input, of the V input)}.
         source, target: the S source and T decoder-input tokens.
+        record: digits text -> (weights, source, target) of another source; with it, a kernel
+            shows a box to type any source.
     """
-    names, tokens = list(weights), {"source": source, "target": target}
+    names, example = list(weights), " ".join(source)
     n_heads = weights[names[0]].shape[1]
     # Short labels: the drop-down is narrow; the frame's title and table say the rest.
     options = {short_name(n).replace("masked self", "masked"): n for n in names}
 
-    def render(module: str, head: int) -> str:
-        w = weights[module][0]  # (h, rows, cols)
+    @lru_cache(maxsize=4)
+    def run(digits: str) -> tuple:
+        return (weights, source, target) if digits == example else record(digits)
+
+    def render(module: str, head: int, digits: str = example) -> str:
+        recorded, source_tokens, target_tokens = run(digits)
+        tokens = {"source": source_tokens, "target": target_tokens}
+        w = recorded[module][0]  # (h, rows, cols)
         matrix = w.mean(dim=0) if head == HEAD_MEAN else w[head]
         _, _, kind, _, side_rows, side_cols = describe(module)
         (rows, cols), (q, k, v) = w.shape[-2:], sources[module]
         no_mask = "source padding (none here)"
         which = "mean of heads" if head == HEAD_MEAN else f"head {head + 1}"
         return plots.frame(
-            plots.svg_heatmap(
-                matrix,
-                tokens[side_rows],
-                tokens[side_cols],
-                title=f"{short_name(module)}, {which}",
-                row_axis=side_rows,
-                col_axis=side_cols,
-            ),
-            plots.readout(
-                {
-                    "Q from": f"{q}  ({rows} rows)",
-                    "K from": f"{k}  ({cols} rows)",
-                    "V from": f"{v}  ({cols} rows)",
-                    "weights": f"{rows} x {cols}",
-                    "mask": "causal: no later tokens" if "masked" in kind else no_mask,
-                },
-                title="Where the inputs come from",
-            ),
-        )
+            plots.svg_heatmap(matrix, tokens[side_rows], tokens[side_cols],
+                              title=f"{short_name(module)}, {which}",
+                              row_axis=side_rows, col_axis=side_cols),
+            plots.readout({"Q from": f"{q}  ({rows} rows)", "K from": f"{k}  ({cols} rows)",
+                           "V from": f"{v}  ({cols} rows)", "weights": f"{rows} x {cols}",
+                           "mask": "causal: no later tokens" if "masked" in kind else no_mask},
+                          title="Where the inputs come from"),
+        )  # fmt: skip
 
     heads, head_labels = [*range(n_heads), HEAD_MEAN], [*map(str, range(1, n_heads + 1)), "mean"]
     return Explorer(
@@ -174,8 +181,10 @@ def attention_explorer(
         [
             dropdown("module", options, "Attention", initial=len(names) - 1),
             slider("head", heads, "Head", labels=head_labels, initial=0),
+            *([text("digits", "Source digits", example, parse_digits)] if record else []),
         ],
         title="The trained model's attention, by layer and type",
+        live=live,
         caption=(
             f"Source “{' '.join(source)}” (S = {len(source)}), decoder input "
             f"“{' '.join(target)}” (T = {len(target)}). Rows are queries, columns keys; each row "
@@ -353,16 +362,11 @@ def check_cross_weights(answer: object) -> Verdict:
             f"these are the weights of head {other + 1}: head {head + 1} uses the output "
             f"features {features} of W^Q and W^K"
         ] = _head_weights(attention, fed["q"], fed["k"], other, True)
-    verdict = compare_tensor(
-        answer,
-        expected,
-        name="weights",
-        what="the weights",
-        atol=1e-4,
-        mistakes=mistakes,
-        hint="q = Y'_2 W_h^Q + b_h^Q, k = X_L W_h^K + b_h^K, softmax(q k^T / sqrt(d_k)) over "
-        "the source positions.",
+    hint = (
+        "q = Y'_2 W_h^Q + b_h^Q, k = X_L W_h^K + b_h^K, softmax(q k^T / sqrt(d_k)) over the source"
     )
+    verdict = compare_tensor(answer, expected, name="weights", what="the weights", atol=1e-4,
+                             mistakes=mistakes, hint=hint + " positions.")  # fmt: skip
     if not verdict.ok:
         return verdict
     return Verdict.right(

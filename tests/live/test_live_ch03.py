@@ -1,0 +1,52 @@
+"""Chapter 3's two explorers in a reader's kernel: any position, a typed decoder input, a typed
+new word.
+
+The test runs the chapter in JupyterLab with a live kernel, up to its timings (not needed), and
+reads the frames' numbers from the page.
+"""
+
+from __future__ import annotations
+
+from playwright.sync_api import expect
+
+
+def widget_area(page, title: str):
+    """The output area of the cell whose widget has this title."""
+    return page.locator(".jp-OutputArea-output", has=page.get_by_text(title, exact=True)).first
+
+
+def type_into(area, label: str, value: str) -> None:
+    box = area.get_by_label(label)
+    box.fill(value)
+    box.press("Enter")
+
+
+def test_chapter_3_explorers_take_typed_positions_inputs_and_words(page, run_notebook):
+    run_notebook("03_decoder.ipynb", stop_tag="nbval-ignore-output")  # the timings: not needed
+
+    mask = widget_area(page, "Causal-mask explorer")
+    expect(mask).to_contain_text("4 of 8", timeout=30_000)  # query 3 of the example: keys 0..3
+    assert mask.locator("text=Run this notebook").count() == 0  # live: no hint
+    type_into(mask, "Decoder input", "die Katze saß auf der Matte . die Katze saß")  # T = 11
+    expect(mask).to_contain_text("4 of 11")
+    type_into(mask, "Query position", "9")  # typed, not one of the 8 options
+    expect(mask).to_contain_text("10 of 11")
+    expect(mask).to_contain_text("Query 9 (Katze) sees positions 0 to 9 only.")
+    assert "Katze" in mask.locator("svg text").all_text_contents()  # the typed words on the axes
+    type_into(mask, "Decoder input", "die Hund")  # not a word of the chapter's vocabulary
+    expect(mask.locator("[role=alert]")).to_contain_text("words: expected 1 to 10 of")
+    expect(mask).to_contain_text("10 of 11")  # the last picture stays
+
+    leak = widget_area(page, "Leak explorer")
+    expect(leak).to_contain_text("Edit: position 1, die → Katze.")
+    type_into(leak, "Decoder input", "der Katze saß auf")
+    type_into(leak, "New word", "Matte")
+    type_into(leak, "Edit token", "3")
+    expect(leak).to_contain_text("Edit: position 3, saß → Matte. Outputs before it do not move")
+    expect(leak).to_contain_text("largest change before the edit0.00")
+    leak.get_by_role("button", name="off").click()  # the causal mask off: earlier outputs move
+    expect(leak).to_contain_text("Outputs before it move: they read the future token.")
+    expect(leak).not_to_contain_text("largest change before the edit0.00")
+    type_into(leak, "Edit token", "0")  # <bos> cannot be edited
+    expect(leak.locator("[role=alert]")).to_contain_text("position: expected 1 to 4, got 0")
+    assert page.blocked == []  # nothing tried to leave 127.0.0.1
