@@ -123,10 +123,10 @@ def test_causal_mask_explorer_live_takes_any_position_and_typed_words():
     query.value = "2"
     assert readout(explorer.view.value, "weight on later tokens") != "0.00"
     good = explorer.view.value
-    for box, bad, says in [(query, "x", "position: expected a whole number"),
-                           (query, "11", "position: expected 0 to 10, got 11"),
-                           (words, "die Hund", "words: expected 1 to 10 of"),
-                           (words, " ".join(["die"] * 11), "words: expected 1 to 10")]:  # fmt: skip
+    for box, bad, says in [(words, "die Hund", "words: expected 1 to 10 of"),
+                           (words, " ".join(["die"] * 11), "words: expected 1 to 10"),
+                           (query, "x", "position: expected a whole number"),
+                           (query, "11", "position: expected a whole number from 0")]:  # fmt: skip
         box.value = bad
         assert says in explorer.status.value and 'role="alert"' in explorer.status.value, bad
         assert explorer.view.value == good  # the last picture stays

@@ -120,6 +120,7 @@ def test_tracemalloc_does_not_see_torch_memory():
 
     q = torch.randn(1, 128, 16)
     additive = make_scorer("additive", 16)
+    additive(q, q)  # a first call imports and registers things that Python's allocator sees
     tracemalloc.start()
     try:
         additive(q, q)
@@ -294,9 +295,9 @@ def test_explorer_live_mode_recomputes_any_angle_length_and_typed_values():
     assert f">{2 * 2.35 * math.cos(math.radians(-30)):.2f}<" in explorer.view.value
     good = explorer.view.value
     for box, bad, says in [
-        (temperature, "abc", "temperature: expected a number in (0, 10]"),
-        (temperature, "0", "temperature: expected a number in (0, 10]"),
-        (query_length, "5", "query length: expected a number in (0, 3]"),
+        (temperature, "abc", "temperature: expected a number from 0.01 to 10"),
+        (temperature, "0", "temperature: expected a number from 0.01 to 10"),
+        (query_length, "5", "query length: expected a number from 0.01 to 3"),
         (query_length, "-1", "query length: expected"),
     ]:
         typed, box.value = box.value, bad
@@ -313,14 +314,6 @@ def test_static_explorer_keeps_its_frames_and_adds_the_hint():
     explorer = ch.length_angle_explorer(live=False)
     assert explorer.n_frames == 65 and explorer.view is None
     assert "Run this notebook" in explorer.children[-1].value
-
-
-def test_read_number():
-    assert ch.read_number(" 0.25 ", "t", 1.0) == 0.25
-    assert ch.read_number("3", "t", 3.0) == 3.0
-    for bad in ("", "abc", "1e-3", "nan", "inf", "-1", "0", "3.5"):
-        with pytest.raises(ValueError, match=r"t: expected a number in \(0, 3\]"):
-            ch.read_number(bad, "t", 3.0)
 
 
 # --------------------------------------------------------------------------- exercises

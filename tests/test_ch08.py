@@ -155,11 +155,13 @@ def test_scaling_figure_draws_every_run_and_the_means():
     fig = ch.scaling_figure(fake_rows(), log_every=10)
     assert [ax.get_title() for ax in fig.axes] == ["d_k = 8, h = 16", "d_k = 128, h = 1"]
     lines = fig.axes[0].get_lines()
-    assert len(lines) == 2 * (2 + 1) + 1  # 2 runs + their mean per setting, and log 10
-    assert list(lines[0].get_xdata()) == [10, 20, 30, 40]
-    assert list(lines[2].get_ydata()) == pytest.approx([1.95, 1.85, 1.75, 1.65])  # the mean
-    assert lines[2].get_linewidth() > lines[0].get_linewidth()
-    assert lines[3].get_linestyle() != lines[0].get_linestyle()  # not by colour alone
+    assert len(lines) == 2 * (1 + 2) + 1  # the means, 2 runs per setting, and log 10
+    means, runs = lines[:2], lines[2:6]
+    assert list(runs[0].get_xdata()) == [10, 20, 30, 40]
+    assert list(means[0].get_ydata()) == pytest.approx([1.95, 1.85, 1.75, 1.65])
+    assert [list(r.get_ydata()) for r in runs[:2]] == [[2.0, 1.9, 1.8, 1.7], [1.9, 1.8, 1.7, 1.6]]
+    assert means[0].get_linewidth() > runs[0].get_linewidth()
+    assert means[1].get_linestyle() != means[0].get_linestyle()  # not by colour alone
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert labels == ["divided by √d_k (mean of 2)", "not divided (mean of 2)"]
 
@@ -249,13 +251,6 @@ def test_parse_multiplier_reads_numbers_fractions_and_roots(text, value):
 def test_parse_multiplier_refuses_the_rest_and_says_what_it_expected(text):
     with pytest.raises(ValueError, match=r"multiplier: expected auto or a number in \(0, 10\]"):
         ch.parse_multiplier(text)
-
-
-def test_parse_seed():
-    assert ch.parse_seed(" 42 ") == 42
-    for bad in ("-1", "1.5", "x", "", str(10**9 + 1)):
-        with pytest.raises(ValueError, match=r"seed: expected a whole number from 0 to 10\^9"):
-            ch.parse_seed(bad)
 
 
 def test_live_explorer_renders_a_d_k_between_the_frames():

@@ -401,3 +401,17 @@ def test_install_cell_turns_on_colabs_widget_manager_only_on_colab(
     assert enabled == ([1] if on_colab else [])
     assert magics == ([] if installed else ["pip"])
     assert capsys.readouterr().out == ""  # ipywidgets 8 is the one loaded here: no restart hint
+
+
+def test_parse_number_reads_plain_numbers_in_range_and_names_the_control():
+    from transformer_course.widgets import parse_number
+
+    assert parse_number(" 0.25 ", "t", 0.01, 1.0) == 0.25
+    assert parse_number("3", "t", 0.01, 3.0) == 3.0 and parse_number(".5", "t", 0, 1) == 0.5
+    assert parse_number(" 42 ", "seed", 0, 10**9, whole=True) == 42
+    for bad in ("", "abc", "1e-3", "nan", "inf", "-1", "0", "3.5", "1/2"):
+        with pytest.raises(ValueError, match=r"t: expected a number from 0.01 to 3, got"):
+            parse_number(bad, "t", 0.01, 3.0)
+    for bad in ("-1", "1.5", "x", "", "11"):
+        with pytest.raises(ValueError, match=r"n: expected a whole number from 0 to 10, got"):
+            parse_number(bad, "n", 0, 10, whole=True)

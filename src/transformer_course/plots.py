@@ -867,6 +867,8 @@ def runs_plot(
     Returns:
         The Axes.
     """
+    if not runs:
+        raise ValueError("runs: expected at least one setting, got none")
     styles = {} if styles is None else styles
     means = {}
     for name, ys in runs.items():

@@ -55,6 +55,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
@@ -294,6 +295,19 @@ def text(name: str, description: str, value: str, parse: Callable[[str], Any]) -
     if not callable(parse):
         raise TypeError(f"parse: expected a function str -> value, got {type(parse).__name__}")
     return Control(name, description, (parse(value),), (str(value),), "text", parse=parse)
+
+
+def parse_number(text: str, name: str, lo: float, hi: float, whole: bool = False) -> float:
+    """A number typed into a live control, from lo to hi (a whole number if `whole`), for a
+    `text` box or a `typed=` drop-down; the ValueError names the control, the range and the text.
+    """
+    body = text.strip()
+    pattern = r"\d+" if whole else r"\d+\.?\d*|\.\d+"  # no sign, no exponent, no nan/inf
+    value = (int if whole else float)(body) if re.fullmatch(pattern, body) else math.nan
+    if not lo <= value <= hi:  # NaN fails too
+        kind = "a whole number" if whole else "a number"
+        raise ValueError(f"{name}: expected {kind} from {lo:g} to {hi:g}, got {text!r}")
+    return value
 
 
 class Explorer(widgets.VBox):

@@ -14,7 +14,7 @@ from ..exercises import Verdict, as_tensor, compare_tensor, unanswered
 from ..layers import DecoderLayer
 from ..masks import causal_mask
 from ..training import BOS, EOS, SPECIAL_TOKENS
-from ..widgets import Explorer, dropdown, text, toggle
+from ..widgets import Explorer, dropdown, parse_number, text, toggle
 
 # --------------------------------------------------------------------------- the example
 
@@ -96,10 +96,7 @@ def parse_words(text: str, most: int = MAX_WORDS, name: str = "words") -> tuple[
 
 def parse_position(text: str) -> int:
     """A typed position, "5" or "5: der" (the label of the drop-down)."""
-    head = text.split(":")[0].strip()
-    if not head.isdigit():
-        raise ValueError(f'position: expected a whole number like "5", got {text!r}')
-    return int(head)
+    return parse_number(text.split(":")[0], "position", 0, MAX_WORDS, whole=True)
 
 
 def _check_position(position: int, words: Sequence[str], first: int = 0) -> None:

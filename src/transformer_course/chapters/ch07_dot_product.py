@@ -7,7 +7,6 @@ written in the notebook; the training runs are `experiments/scorers.py`; here on
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -19,7 +18,7 @@ from .. import plots
 from ..exercises import Verdict, all_right, compare_number, compare_tensor, unanswered
 from ..measure import moving_average
 from ..scoring import cosine_score, dot_score
-from ..widgets import Explorer, slider, text
+from ..widgets import Explorer, parse_number, slider, text
 
 # --------------------------------------------------------------------------- the tiny example
 
@@ -189,14 +188,6 @@ def length_figure():
     return fig
 
 
-def read_number(typed: str, name: str, most: float) -> float:
-    """A typed number in (0, most] (the explorer's text boxes); the ValueError names `name`."""
-    value = float(typed) if re.fullmatch(r"\s*\d*\.?\d+\s*", typed) else math.nan
-    if not 0.0 < value <= most:  # NaN fails too
-        raise ValueError(f"{name}: expected a number in (0, {most:g}], got {typed!r}")
-    return value
-
-
 def length_angle_explorer(live: bool | None = None) -> Explorer:
     """Widget: the key's angle and length (any, with a kernel; and typed |q| and temperature)."""
     angles, lengths = WIDGET_ANGLES, WIDGET_LENGTHS
@@ -250,9 +241,9 @@ def length_angle_explorer(live: bool | None = None) -> Explorer:
         slider("length", lengths, "Length |k|", fmt="{:g}", initial=lengths.index(1.0),
                live=(0.05, 3.0, 0.05)),
         text("temperature", "Cosine temperature τ", f"{WIDGET_TEMPERATURE:g}",
-             partial(read_number, name="temperature", most=10.0)),
+             partial(parse_number, name="temperature", lo=0.01, hi=10.0)),
         text("query_length", "Length |q|", f"{WIDGET_QUERY_LENGTH:g}",
-             partial(read_number, name="query length", most=3.0)),
+             partial(parse_number, name="query length", lo=0.01, hi=3.0)),
     ]  # fmt: skip
     return Explorer(
         render,

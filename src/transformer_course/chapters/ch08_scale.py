@@ -17,7 +17,7 @@ from .. import plots
 from .._validation import check_choice, check_positive_int
 from ..exercises import Verdict, all_right, compare_number, compare_tensor, unanswered
 from ..measure import entropy
-from ..widgets import Explorer, slider, text, toggle
+from ..widgets import Explorer, parse_number, slider, text, toggle
 
 # d_k = 1, 2, 4, ..., 1024: the paper's base model has d_k = 64, large models 128.
 DIMS = tuple(2**i for i in range(11))
@@ -164,7 +164,8 @@ def scaling_figure(rows: Sequence[Mapping], log_every: int):
         steps = [log_every * (i + 1) for i in range(len(runs["not divided"][0]))]
         h = next(row["n_heads"] for row in rows if row["d_k"] == d_k)
         plots.runs_plot(ax, steps, runs, xlabel="training step", title=f"d_k = {d_k}, h = {h}",
-                        ylabel=f"loss (mean of {log_every} steps)")  # fmt: skip
+                        ylabel=f"loss (mean of {log_every} steps)", markers=False,
+                        styles={"not divided": {"linestyle": "--"}})  # fmt: skip
         ax.axhline(math.log(10), color=plots.GREY, linestyle=":", linewidth=1)  # guessing
         ax.label_outer()
     return fig
@@ -206,13 +207,6 @@ def parse_multiplier(text: str) -> float | None:
         raise ValueError(f"multiplier: expected auto or a number in (0, {MAX_MULTIPLIER:g}] like "
                          f"0.05, 1/8 or 1/sqrt(512), got {text!r}")  # fmt: skip
     return value
-
-
-def parse_seed(text: str) -> int:
-    """The live widget's typed seed of the random query and keys: a whole number 0..10^9."""
-    if not text.strip().isdigit() or int(text) > 10**9:  # isdigit: no sign, no point
-        raise ValueError(f"seed: expected a whole number from 0 to 10^9, got {text!r}")
-    return int(text)
 
 
 def saturation_explorer(live: bool | None = None) -> Explorer:
@@ -261,7 +255,12 @@ def saturation_explorer(live: bool | None = None) -> Explorer:
             slider("d_k", DIMS, "d_k", initial=DIMS.index(64), live=(1, max(DIMS), 1)),
             toggle("scaled", "Divide by √d_k", labels=("no", "yes"), initial=True),
             text("multiplier", "Score multiplier", "auto", parse_multiplier),
-            text("seed", "Random seed", str(WIDGET_SEED), parse_seed),
+            text(
+                "seed",
+                "Random seed",
+                str(WIDGET_SEED),
+                lambda typed: parse_number(typed, "seed", 0, 10**9, whole=True),
+            ),
         ],
         title="Softmax saturation explorer",
         caption=(
