@@ -43,6 +43,8 @@ def test_search_ranks_the_transformer_paper_first_and_blends_contents():
     output, weights = output[0], weights[0]
     assert ex.keys.shape == (len(ex.titles), len(ex.query_features))
     assert ex.values.shape == (len(ex.titles), len(ex.content_features))
+    # the text quotes d_k = 4 and d_v = 5: values need not have the keys' size
+    assert (ex.keys.shape[1], ex.values.shape[1]) == (4, 5)
     assert ex.titles[int(weights.argmax())] == "Attention Is All You Need"
     assert ex.titles[int(weights.argmin())] in (
         "Deep Residual Learning for Image Recognition",

@@ -254,6 +254,36 @@ def test_pattern_explorer(study):
     assert explorer.n_frames == 16
     frame = explorer.frame(pattern="previous token", sentence=1)
     assert "L1 H3" in frame and "dog" in frame
+    static = ch.pattern_explorer(study, run=attend, live=False)
+    assert static.frames == explorer.frames and explorer.view is None
+    assert "type your own “Sentence”" in static.children[-1].value
+
+
+def test_pattern_explorer_live_takes_a_typed_sentence(study):
+    explorer = ch.pattern_explorer(study, run=attend, live=True)
+    pattern, box = explorer.controls
+    assert box.value == ch.EXPLORER_SENTENCES[0] and ">mat<" in explorer.view.value
+    box.value = "Owls hunt mice at night, and owls sleep by day."
+    assert explorer.status.value == ""
+    tokens, weights = attend(box.value)
+    assert all(f">{escape(t)}<" in explorer.view.value for t in tokens)
+    assert ">mat<" not in explorer.view.value
+    # the top previous-token head (L1 H3) on the typed sentence: its score for this sentence
+    layer, head, _ = ch.top_heads(study.scores["previous token"])[0]
+    here = ch.sentence_scores(weights[layer, head], tokens)["previous token"]
+    assert f"{float(here):.2f}</" in explorer.view.value
+    assert f"{1 / len(tokens):.2f}</" in explorer.view.value  # uniform for this length
+    pattern.index = ch.FIGURE_PATTERNS.index("[CLS]")  # the options follow FIGURE_PATTERNS
+    layer, head, _ = ch.top_heads(study.scores["[CLS]"])[0]
+    here = ch.sentence_scores(weights[layer, head], tokens)["[CLS]"]
+    assert ch.head_name(layer, head) in explorer.view.value
+    assert f"{float(here):.2f}</" in explorer.view.value
+    good = explorer.view.value
+    box.value = "word " * 20  # too long for a frame: the reason shows, the picture stays
+    assert "sentence: expected 1 to 14 word pieces" in explorer.status.value
+    assert explorer.view.value == good
+    box.value = ch.EXPLORER_SENTENCES[1]  # a preset again: its precomputed weights
+    assert explorer.status.value == "" and ">dog<" in explorer.view.value
 
 
 def test_figures(study):

@@ -105,14 +105,14 @@ def test_demo_explorer_is_live_moves_between_frames_and_reads_typed_input(
     assert page.blocked == []  # nothing tried to leave 127.0.0.1
 
 
-def test_chapter_1_tiny_example_follows_a_typed_query_and_a_scale_between_frames(
-    page, run_notebook
-):
-    """Chapter 1 in a reader's kernel: every cell above the timings runs, then the tiny example
-    takes a query typed into its box and a scale moved off the precomputed ones."""
+def test_chapter_1_explorers_follow_a_typed_query_and_scales_between_frames(page, run_notebook):
+    """Chapter 1 in a reader's kernel: every cell above the timings runs, then each of its three
+    explorers is driven off its precomputed frames: the tiny example takes a typed query and a
+    scale between frames, the attention and saturation explorers a scale between frames."""
     import torch
 
     from transformer_course.chapters import ch01_attention as ch
+    from transformer_course.examples import projections, token_vectors
 
     run_notebook("01_attention.ipynb", stop_tag="nbval-ignore-output")  # the timings: not needed
     area = widget_area(page, "The tiny example, step by step")
@@ -133,3 +133,36 @@ def test_chapter_1_tiny_example_follows_a_typed_query_and_a_scale_between_frames
         assert f"v{j + 1}: {float(weights[j]):.2f}" in texts  # the weights next to the values
     assert area.get_by_text("s = 0.95").count() == 1
     assert page.blocked == []
+
+    # The attention explorer: a scale between its frames (0.25, 0.5, 1, 2, 4) redraws every row.
+    area = widget_area(page, "Attention explorer")
+    wait_picture(area, "All weights at scale 1")
+    scale = move_slider(area, "ArrowRight", 3)  # 1.00 -> 1.15 (the slider's steps are 0.05)
+    weights = ch.sentence_attention(scale)[1]  # (7, 7) at the slider's scale
+    wait_picture(area, f"All weights at scale {scale:g}")
+    largest = int(weights[0].argmax())  # the query shown first: "The"
+    expect(area).to_contain_text(f"{float(weights[0, largest]):.2f} ({ch.TOKENS[largest]})")
+
+    # The saturation explorer: its curves pass through the slider's value, and the caption says
+    # the entropy there.
+    area = widget_area(page, "Softmax saturation")
+    # Its steps run from 0.125 by 0.05; below 1 the readout (3 digits) shows the value exactly.
+    scale = move_slider(area, "ArrowLeft", 3)
+    X, (W_Q, W_K, _) = token_vectors(), projections()
+    a = torch.softmax(scale * ((X[1] @ W_Q) @ (X @ W_K).T), dim=-1)  # "cat"'s weights: (7,)
+    wait_picture(area, f"softmax({scale:.3g} × scores of “cat”)")
+    entropy = float(-(a * a.log()).sum())
+    expect(area).to_contain_text(f"Entropy {entropy:.2f} nats")
+    expect(area).to_contain_text(f"largest weight {float(a.max()):.2f}")
+    assert page.blocked == []
+
+
+def move_slider(area, key: str, presses: int) -> float:
+    """Press `key` on the area's continuous slider; return the value its readout then shows."""
+    handle = area.locator(".widget-slider [role=slider]").first
+    before = area.locator(".widget-readout").first.inner_text()
+    handle.focus()
+    for _ in range(presses):
+        handle.press(key)
+    expect(area.locator(".widget-readout").first).not_to_have_text(before)
+    return float(area.locator(".widget-readout").first.inner_text())

@@ -67,10 +67,10 @@ def search_example() -> SearchExample:
         ],
         dtype=torch.float64,
     )
-    contents = ("self-attention", "recurrent nets", "convolutions", "recipes")
-    values = torch.tensor(
-        [[0.9, 0.1, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0],
-         [0.4, 0.3, 0.3, 0.0], [0.0, 0.0, 0.0, 1.0]],
+    contents = ("self-attention", "recurrent nets", "convolutions", "captions", "recipes")
+    values = torch.tensor(  # (S, d_v=5): five content features against four title features
+        [[0.9, 0.1, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0, 0.0],
+         [0.3, 0.2, 0.2, 0.3, 0.0], [0.0, 0.0, 0.0, 0.0, 1.0]],
         dtype=torch.float64,
     )  # fmt: skip
     query = torch.tensor([1.0, 0.5, 0.0, 0.0], dtype=torch.float64)

@@ -199,6 +199,20 @@ def similarity_figure(similarity: Tensor, labels: Sequence[str]):
 # --------------------------------------------------------------------------- widgets
 
 
+def sentence_reader(run, max_tokens: int = 16):
+    """A typed sentence -> `run(sentence)` = (word pieces, weights (L, h, n, n)), refusing
+    sentences of more than `max_tokens` pieces (a frame's size) with a ValueError."""
+
+    def read(words: str) -> tuple[list[str], Tensor]:
+        tokens, weights = run(words)  # [CLS] ... [SEP]
+        if not 3 <= len(tokens) <= max_tokens:
+            raise ValueError(f"sentence: expected 1 to {max_tokens - 2} word pieces, got "
+                             f"{len(tokens) - 2} in {words!r}")  # fmt: skip
+        return tokens, weights
+
+    return read
+
+
 def head_explorer(study: HeadStudy, sentence: int = 0, run=None, max_tokens=16, live=None):
     """Widget: pick a layer and a head (72 frames); see its weights on one sentence, its scores.
     With `run` (sentence -> word pieces, weights (L, h, n, n)) a kernel adds a sentence box."""
@@ -206,13 +220,6 @@ def head_explorer(study: HeadStudy, sentence: int = 0, run=None, max_tokens=16, 
     first = (study.batch.labels(sentence), study.weights[:, sentence, :, :n, :n])  # (L, h, n, n)
     L, h = first[1].shape[:2]
     shown = ("previous token", "next token", "itself", "[CLS]", "[SEP]")
-
-    def read(words: str) -> tuple[list[str], Tensor]:
-        tokens, weights = run(words)  # [CLS] ... [SEP]: max_tokens of them fit a frame
-        if not 3 <= len(tokens) <= max_tokens:
-            raise ValueError(f"sentence: expected 1 to {max_tokens - 2} word pieces, got "
-                             f"{len(tokens) - 2} in {words!r}")  # fmt: skip
-        return tokens, weights
 
     def render(layer: int, head: int, words: tuple[list[str], Tensor] = first) -> str:
         tokens, weights = words
@@ -222,6 +229,7 @@ def head_explorer(study: HeadStudy, sentence: int = 0, run=None, max_tokens=16, 
         readout = {f"on {k}": f"{float(here[k]):.2f}" for k in shown}
         return plots.frame(heatmap, plots.readout(readout, title="Average weight"))
 
+    read = sentence_reader(run, max_tokens)
     typed = [text("words", "Sentence", study.batch.sentences[sentence], read)] if run else []
     return Explorer(
         render,
@@ -239,15 +247,18 @@ def head_explorer(study: HeadStudy, sentence: int = 0, run=None, max_tokens=16, 
     )
 
 
-def pattern_explorer(study: HeadStudy) -> Explorer:
-    """Widget: the top head of each of FIGURE_PATTERNS, on the first few study sentences."""
+def pattern_explorer(study: HeadStudy, run=None, max_tokens=16, live=None) -> Explorer:
+    """Widget: the top head of each of FIGURE_PATTERNS, on the first few study sentences. With
+    `run` (as for head_explorer) a kernel also takes any sentence typed into the drop-down."""
     tops = {name: top_heads(study.scores[name])[0] for name in FIGURE_PATTERNS}
 
-    def render(pattern: str, sentence: int) -> str:
+    def render(pattern: str, sentence: int | tuple[list[str], Tensor]) -> str:
         layer, head, score = tops[pattern]
-        tokens = study.batch.labels(sentence)
+        if isinstance(sentence, int):  # a study sentence; a typed one comes as (tokens, weights)
+            n = int(study.batch.lengths[sentence])
+            sentence = (study.batch.labels(sentence), study.weights[:, sentence, :, :n, :n])
+        tokens, w = sentence[0], sentence[1][layer, head]  # (n, n)
         n = len(tokens)
-        w = study.weights[layer, sentence, head, :n, :n]
         mine = sentence_scores(w, tokens)[pattern]
         heatmap = plots.svg_heatmap(w, tokens, tokens, title=head_name(layer, head), decimals=1,
                                     cell=24, show_values=False)  # fmt: skip
@@ -259,20 +270,16 @@ def pattern_explorer(study: HeadStudy) -> Explorer:
         }
         return plots.frame(heatmap, plots.readout(readout, title=f"Top head for “{pattern}”"))
 
+    read = sentence_reader(run, max_tokens) if run else None
+    options = {f"{p}  ({head_name(*t[:2])})": p for p, t in tops.items()}
+    sentences = {s: b for b, s in enumerate(EXPLORER_SENTENCES)}
+    controls = [dropdown("pattern", options, "Pattern"),
+                dropdown("sentence", sentences, "Sentence", typed=read)]  # fmt: skip
     explorer = Explorer(
-        render,
-        [
-            dropdown(
-                "pattern", {f"{p}  ({head_name(*t[:2])})": p for p, t in tops.items()}, "Pattern"
-            ),
-            dropdown("sentence", {s: b for b, s in enumerate(EXPLORER_SENTENCES)}, "Sentence"),
-        ],
-        title="The head that best matches each pattern, on other sentences",
-        caption=(
-            "Each pattern's head was chosen by its average score over all the study sentences; "
-            "a head with a real job keeps its pattern from sentence to sentence."
-        ),
-    )
+        render, controls, title="The head that best matches each pattern, on other sentences",
+        live=live, caption="Each pattern's head was chosen by its average score over all the "
+        "study sentences; a head with a real job keeps its pattern from sentence to sentence.",
+    )  # fmt: skip
     explorer.controls[1].layout.width = SENTENCE_WIDTH  # room for the longest sentence
     return explorer
 
@@ -317,10 +324,8 @@ def check_mask_conversion(answer: object) -> Verdict:
     lengths = hf.sum(dim=1).tolist()
     expected = padding_mask(lengths, max_len=hf.shape[1])  # (3, 1, 1, 6)
     if not isinstance(answer, torch.Tensor):
-        return Verdict.not_yet(
-            "the mask could not be read",
-            f"it is a {type(answer).__name__}; build a tensor with transformer_course.masks",
-        )
+        return Verdict.not_yet("the mask could not be read", f"it is a {type(answer).__name__}; "
+                               "build a tensor with transformer_course.masks")  # fmt: skip
     if answer.dtype != torch.bool:
         return Verdict.not_yet(
             "the mask has the wrong dtype",
@@ -340,10 +345,8 @@ def check_mask_conversion(answer: object) -> Verdict:
             "that it broadcasts over heads and query positions",
         )
     if torch.equal(answer, ~expected):
-        return Verdict.not_yet(
-            "the mask is inverted",
-            "True marks the padding (torch.nn's meaning); in this package True means may attend",
-        )
+        return Verdict.not_yet("the mask is inverted", "True marks the padding (torch.nn's "
+                               "meaning); in this package True means may attend")  # fmt: skip
     return compare_tensor(answer.long(), expected.long(), what="the mask entries")
 
 
@@ -400,18 +403,14 @@ def check_next_token_head(answer: object) -> Verdict:
             f"{head_name(*best)} puts {value:.2f} of its weight on the next token, on average"
         )
     if (layer, head) == best:
-        return Verdict.not_yet(
-            "that head is one off",
-            "you gave indices counted from 0; the figures count layers and heads from 1",
-        )
+        return Verdict.not_yet("that head is one off", "you gave indices counted from 0; the "
+                               "figures count layers and heads from 1")  # fmt: skip
     if not (1 <= layer <= L and 1 <= head <= h):
         return Verdict.not_yet("there is no such head",
                                f"layers run from 1 to {L} and heads from 1 to {h}")  # fmt: skip
     if (layer - 1, head - 1) == top_heads(scores["previous token"])[0][:2]:
-        return Verdict.not_yet(
-            "that is the previous-token head",
-            "it attends to offset -1; the next token is offset +1 (weights[i, i + 1])",
-        )
+        return Verdict.not_yet("that is the previous-token head", "it attends to offset -1; "
+                               "the next token is offset +1 (weights[i, i + 1])")  # fmt: skip
     value = float(scores["next token"][layer - 1, head - 1])
     return Verdict.not_yet(
         "another head attends more to the next token",
