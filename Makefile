@@ -121,8 +121,8 @@ package: $(VENV_STAMP) ## all the package tests, quick and slow (what `make test
 mutants: $(VENV_STAMP) ## plant bugs in the core modules and check the tests catch every one
 	$(PY) tools/mutants.py
 
-# One thread, while `make notebooks` runs with the default (2 here): every check of the outputs is
-# also a check that they do not depend on the thread count.
+# One thread, as `make notebooks` executes them (tools/execute_notebooks.py): chapter 9 trains its
+# model in the notebook, and what it learns depends on the thread count (sums in another order).
 nbval: $(VENV_STAMP) ## every notebook re-run and compared with its saved outputs (nbval)
 	@if [ -z "$(NOTEBOOKS)" ]; then \
 		echo "nbval: notebooks/ has no notebook yet: nothing to validate."; \

@@ -8,7 +8,10 @@
 Execution: nbclient, kernel `python3`, working directory = the notebook's folder, widget state
 stored in the notebook metadata (the static book renders widgets from it, with no kernel). The
 kernel runs with TRANSFORMER_COURSE_STATIC=1, so every `widgets.Explorer` builds its static mode
-(precomputed frames linked in the browser) rather than the live one a reader's kernel gets.
+(precomputed frames linked in the browser) rather than the live one a reader's kernel gets, and
+with OMP_NUM_THREADS=1, as nbval runs: a model trained in a notebook (chapter 9) comes out the same
+whatever the machine's core count, so re-execution is byte-identical anywhere (the cells that time
+threads set their own counts).
 
 Normalisation (what would otherwise change on every run):
 - widget model ids (random uuid4 per run) become deterministic ids numbered in order of first
@@ -60,7 +63,8 @@ IPY_MODEL = "IPY_MODEL_"
 def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int) -> nbformat.NotebookNode:
     """Run every cell of `nb` in a fresh python3 kernel started in `cwd`; returns `nb`.
 
-    The kernel's environment says "static" (STATIC_ENV): the widgets precompute their frames.
+    The kernel's environment says "static" (STATIC_ENV): the widgets precompute their frames; and
+    one thread (OMP_NUM_THREADS=1): the numbers do not depend on the machine's core count.
     """
     client = NotebookClient(
         nb,
@@ -72,7 +76,7 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int) -> nbformat.Note
         coalesce_streams=True,
         allow_errors=False,
     )
-    client.execute(env={**os.environ, STATIC_ENV: "1"})
+    client.execute(env={**os.environ, STATIC_ENV: "1", "OMP_NUM_THREADS": "1"})
     return nb
 
 
