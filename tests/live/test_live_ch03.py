@@ -7,18 +7,8 @@ reads the frames' numbers from the page.
 
 from __future__ import annotations
 
+from livepage import type_into, widget_area
 from playwright.sync_api import expect
-
-
-def widget_area(page, title: str):
-    """The output area of the cell whose widget has this title."""
-    return page.locator(".jp-OutputArea-output", has=page.get_by_text(title, exact=True)).first
-
-
-def type_into(area, label: str, value: str) -> None:
-    box = area.get_by_label(label)
-    box.fill(value)
-    box.press("Enter")
 
 
 def test_chapter_3_explorers_take_typed_positions_inputs_and_words(page, run_notebook):

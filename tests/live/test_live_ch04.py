@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import re
 
-import nbformat
 import pytest
+from livepage import chapter_cells, picture, scratch_notebook, wait_picture, widget_area
 from playwright.sync_api import expect
-from test_live_widgets import picture, wait_picture, widget_area
 
 CELLS = (  # what the explorer needs, in the chapter's order
     "setup", "imports", "hand-inputs", "hand-blocks", "hand-grammar-code", "hand-rotation-code",
@@ -22,19 +21,10 @@ CELLS = (  # what the explorer needs, in the chapter's order
 )  # fmt: skip
 
 
-def notebook_of_cells(lab, chapter: str, ids: tuple[str, ...], name: str) -> str:
-    """Write lab's notebook `name` holding the code cells `ids` of `chapter`, in that order."""
-    source = nbformat.read(lab.root / chapter, as_version=4)
-    by_id = {cell.get("id"): cell for cell in source.cells}
-    cells = [nbformat.v4.new_code_cell(by_id[cell_id].source) for cell_id in ids]
-    scratch = nbformat.v4.new_notebook(cells=cells, metadata=source.metadata)  # its kernel
-    nbformat.write(scratch, lab.root / name)
-    return name
-
-
 @pytest.fixture
 def ch04_notebook(lab) -> str:
-    return notebook_of_cells(lab, "04_multi_head_attention.ipynb", CELLS, "live_ch04.ipynb")
+    chapter = "04_multi_head_attention.ipynb"
+    return scratch_notebook(lab, chapter, chapter_cells(lab, chapter, CELLS), "live_ch04.ipynb")
 
 
 def test_chapter_4_explorers_take_typed_sentences_and_digits(page, run_notebook, ch04_notebook):

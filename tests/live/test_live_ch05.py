@@ -10,16 +10,16 @@ from __future__ import annotations
 import math
 
 import pytest
+from livepage import chapter_cells, picture, scratch_notebook, wait_picture, widget_area
 from playwright.sync_api import expect
-from test_live_ch04 import notebook_of_cells
-from test_live_widgets import picture, wait_picture, widget_area
 
 CELLS = ("setup", "imports", "explorer", "similarity-explorer")
 
 
 @pytest.fixture
 def ch05_notebook(lab) -> str:
-    return notebook_of_cells(lab, "05_positional_encoding.ipynb", CELLS, "live_ch05.ipynb")
+    chapter = "05_positional_encoding.ipynb"
+    return scratch_notebook(lab, chapter, chapter_cells(lab, chapter, CELLS), "live_ch05.ipynb")
 
 
 def press(area, slider: int, key: str, times: int = 1) -> None:

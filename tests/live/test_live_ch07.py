@@ -8,8 +8,8 @@ explorer.
 
 from __future__ import annotations
 
-import nbformat
 import pytest
+from livepage import chapter_cells, scratch_notebook
 from playwright.sync_api import expect
 
 from transformer_course.chapters import ch07_dot_product as ch
@@ -17,13 +17,10 @@ from transformer_course.chapters import ch07_dot_product as ch
 
 @pytest.fixture
 def ch07_notebook(lab) -> str:
-    chapter = nbformat.read(lab.root / "07_why_dot_product.ipynb", as_version=4)
-    wanted = ("setup", "imports", "explorer")
-    cells = [nbformat.v4.new_code_cell(c.source) for c in chapter.cells if c.get("id") in wanted]
-    assert len(cells) == 3 and "ch.length_angle_explorer()" in cells[-1].source
-    scratch = nbformat.v4.new_notebook(cells=cells, metadata=chapter.metadata)  # its kernel
-    nbformat.write(scratch, lab.root / "live_ch07.ipynb")
-    return "live_ch07.ipynb"
+    chapter = "07_why_dot_product.ipynb"
+    cells = chapter_cells(lab, chapter, ("setup", "imports", "explorer"))
+    assert "ch.length_angle_explorer()" in cells[-1]
+    return scratch_notebook(lab, chapter, cells, "live_ch07.ipynb")
 
 
 def bars(angle: float, length: float, temperature: float = 0.5, query_length: float = 1.5):

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import math
 
-import nbformat
 import pytest
 import torch
+from livepage import chapter_cells, scratch_notebook, svg_texts, widget_area
 from playwright.sync_api import expect
-from test_live_widgets import widget_area  # tests/live is on the path, as for conftest.py
 
 from transformer_course.chapters import ch08_scale as ch
 
@@ -22,18 +21,9 @@ CELLS = ("bafaae46", "ed90ec6d", "d2310b94")  # setup(), the imports, ch.saturat
 
 @pytest.fixture
 def ch08_notebook(lab) -> str:
-    chapter = nbformat.read(lab.root / "08_why_scale.ipynb", as_version=4)
-    sources = {cell.get("id"): cell.source for cell in chapter.cells}
-    cells = [nbformat.v4.new_code_cell(sources[cell_id]) for cell_id in CELLS]
-    assert "ch.saturation_explorer()" in cells[-1].source
-    scratch = nbformat.v4.new_notebook(cells=cells, metadata=chapter.metadata)  # its kernel
-    nbformat.write(scratch, lab.root / "live_ch08.ipynb")
-    return "live_ch08.ipynb"
-
-
-def picture(area) -> list[str]:
-    """The SVG <text> of the frame: bar labels and weights, chart titles and read-outs."""
-    return [t.strip() for t in area.locator("svg text").all_text_contents()]
+    cells = chapter_cells(lab, "08_why_scale.ipynb", CELLS)
+    assert "ch.saturation_explorer()" in cells[-1]
+    return scratch_notebook(lab, "08_why_scale.ipynb", cells, "live_ch08.ipynb")
 
 
 def bars(scores: torch.Tensor) -> list[str]:
@@ -49,26 +39,26 @@ def test_chapter_8_explorer_takes_any_d_k_a_typed_multiplier_and_refuses_bad_inp
     area = widget_area(page, "Softmax saturation explorer")
     expect(area).to_contain_text("d_k = 64:", timeout=30_000)
     assert area.locator("text=Run this notebook").count() == 0  # live: no hint
-    assert bars(ch.widget_scores(64, scaled=True)) == picture(area)[1:17]
+    assert bars(ch.widget_scores(64, scaled=True)) == svg_texts(area)[1:17]
 
     handle = area.locator(".widget-slider [role=slider]").first
     handle.focus()
     for _ in range(3):
         handle.press("ArrowRight")  # 64 -> 67: between the frames 64 and 128
     expect(area).to_contain_text("d_k = 67:")
-    assert bars(ch.widget_scores(67, scaled=True)) == picture(area)[1:17]
+    assert bars(ch.widget_scores(67, scaled=True)) == svg_texts(area)[1:17]
 
     box = area.get_by_label("Score multiplier")
     box.fill("1/sqrt(512)")  # the pitfall's wrong d, at d_k = 67
     box.press("Enter")
     expect(area).to_contain_text("0.04419 (typed)")
-    assert picture(area)[0] == "softmax(0.0442 × q·k)"
-    assert bars(ch.widget_scores(67) / math.sqrt(512)) == picture(area)[1:17]
+    assert svg_texts(area)[0] == "softmax(0.0442 × q·k)"
+    assert bars(ch.widget_scores(67) / math.sqrt(512)) == svg_texts(area)[1:17]
 
     box.fill("twelve")  # refused: the reason shows, the picture stays
     box.press("Enter")
     expect(area.locator("[role=alert]")).to_contain_text("multiplier: expected auto or a number")
-    assert picture(area)[0] == "softmax(0.0442 × q·k)"
+    assert svg_texts(area)[0] == "softmax(0.0442 × q·k)"
 
     seed = area.get_by_label("Random seed")
     seed.fill("3")  # another query and other keys; the multiplier box still holds "twelve"
@@ -77,5 +67,5 @@ def test_chapter_8_explorer_takes_any_d_k_a_typed_multiplier_and_refuses_bad_inp
     box.fill("auto")
     box.press("Enter")
     expect(area.locator("[role=alert]")).to_have_count(0)
-    assert bars(ch.widget_scores(67, scaled=True, seed=3)) == picture(area)[1:17]
+    assert bars(ch.widget_scores(67, scaled=True, seed=3)) == svg_texts(area)[1:17]
     assert page.blocked == []  # nothing tried to leave 127.0.0.1

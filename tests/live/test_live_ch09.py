@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import nbformat
 import pytest
+from livepage import scratch_notebook
 from playwright.sync_api import expect
 
 SETUP = """\
@@ -28,10 +29,7 @@ def ch09_notebook(lab) -> str:
     code = [cell.source for cell in chapter.cells if cell.cell_type == "code"]
     record = next(source for source in code if "def record_alignment(" in source)
     explorer = next(source for source in code if "ch.alignment_explorer(" in source)
-    cells = [nbformat.v4.new_code_cell(source) for source in (SETUP, record, explorer)]
-    scratch = nbformat.v4.new_notebook(cells=cells, metadata=chapter.metadata)  # its kernel
-    nbformat.write(scratch, lab.root / "live_ch09.ipynb")
-    return "live_ch09.ipynb"
+    return scratch_notebook(lab, "09_training.ipynb", (SETUP, record, explorer), "live_ch09.ipynb")
 
 
 def test_chapter_9_explorer_decodes_typed_digits_and_refuses_bad_ones(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import nbformat
 import pytest
+from livepage import scratch_notebook
 from playwright.sync_api import expect
 
 SETUP = """\
@@ -31,10 +32,8 @@ def ch10_notebook(lab) -> str:
     attend = next(source for source in code if "def attend(" in source)
     heads = next(source for source in code if "ch.head_explorer(" in source)
     patterns = next(source for source in code if "ch.pattern_explorer(" in source)
-    cells = [nbformat.v4.new_code_cell(source) for source in (SETUP, attend, heads, patterns)]
-    scratch = nbformat.v4.new_notebook(cells=cells, metadata=chapter.metadata)  # its kernel
-    nbformat.write(scratch, lab.root / "live_ch10.ipynb")
-    return "live_ch10.ipynb"
+    sources = (SETUP, attend, heads, patterns)
+    return scratch_notebook(lab, "10_pretrained_attention.ipynb", sources, "live_ch10.ipynb")
 
 
 def word_pieces(sentence: str) -> list[str]:

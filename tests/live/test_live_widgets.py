@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import nbformat
 import pytest
+from livepage import picture, wait_picture, widget_area
 from playwright.sync_api import expect
 
 DEMO = """\
@@ -53,23 +54,6 @@ def demo_notebook(lab) -> str:
     }
     nbformat.write(nb, lab.root / "live_demo.ipynb")
     return "live_demo.ipynb"
-
-
-def widget_area(page, title: str):
-    """The output area of the cell whose widget has this title."""
-    return page.locator(".jp-OutputArea-output", has=page.get_by_text(title, exact=True)).first
-
-
-def picture(area) -> str:
-    """The text of every SVG <text> in the area, joined: what the picture says."""
-    return " ".join(t.strip() for t in area.locator("svg text").all_text_contents())
-
-
-def wait_picture(area, text: str, timeout: float = 30_000) -> None:
-    """Wait until the widget shows `text` (the kernel has re-rendered), then check that it is
-    written in the picture (an SVG <text>), not only elsewhere."""
-    expect(area).to_contain_text(text, timeout=timeout)
-    assert text in picture(area), picture(area)
 
 
 def test_demo_explorer_is_live_moves_between_frames_and_reads_typed_input(
