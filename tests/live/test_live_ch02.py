@@ -6,19 +6,17 @@ written out, and the explorer; the chapter's slower cells (the deep stacks) neve
 
 from __future__ import annotations
 
+from livepage import type_into, widget_area
 from playwright.sync_api import expect
 
 
 def test_chapter_2_explorer_steps_a_typed_sentence_and_refuses_an_empty_one(page, run_notebook):
     run_notebook("02_encoder.ipynb", stop_tag="live-stop")
-    title = page.get_by_text("Step through one encoder layer", exact=True)
-    area = page.locator(".jp-OutputArea-output", has=title).first
+    area = widget_area(page, "Step through one encoder layer")
     expect(area).to_contain_text("Step 0 of 6", timeout=30_000)
     assert area.locator("text=Run this notebook").count() == 0  # live: no hint
 
-    box = area.get_by_label("Sentence")
-    box.fill("A dog sat on the rug !")
-    box.press("Enter")
+    type_into(area, "Sentence", "A dog sat on the rug !")
     expect(area.locator("svg text", has_text="dog")).to_have_count(1)
     rows = area.locator("svg text").all_text_contents()
     assert "rug" in rows and "cat" not in rows, rows  # the typed tokens label the heatmap
@@ -30,8 +28,7 @@ def test_chapter_2_explorer_steps_a_typed_sentence_and_refuses_an_empty_one(page
     dog = area.locator("tr", has=page.locator("th", has_text="dog"))
     expect(dog).to_contain_text("→ 1.00")  # every token's std is 1 after the LayerNorm
 
-    box.fill("")  # nothing to step through: the reason shows, the picture stays
-    box.press("Enter")
+    type_into(area, "Sentence", "")  # nothing to step through: the reason shows, the picture stays
     expect(area.locator("[role=alert]")).to_contain_text("expected 1 to 12 words")
     expect(area).to_contain_text("Step 3 of 6")
     expect(area.locator("svg text", has_text="dog")).to_have_count(1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import nbformat
 import pytest
-from livepage import scratch_notebook
+from livepage import scratch_notebook, type_into, widget_area
 from playwright.sync_api import expect
 
 SETUP = """\
@@ -36,23 +36,18 @@ def test_chapter_9_explorer_decodes_typed_digits_and_refuses_bad_ones(
     page, run_notebook, ch09_notebook
 ):
     run_notebook(ch09_notebook)
-    title = page.get_by_text("Learned cross-attention", exact=True)
-    area = page.locator(".jp-OutputArea-output", has=title).first
+    area = widget_area(page, "Learned cross-attention")
     expect(area).to_contain_text("8 3 6 1 9 0 7 4 (the reversal)", timeout=30_000)
     assert area.locator("text=Run this notebook").count() == 0  # live: no hint
 
-    box = area.get_by_label("Digits")
-    box.fill("1 2 3 4 5")
-    box.press("Enter")
+    type_into(area, "Digits", "1 2 3 4 5")
     expect(area).to_contain_text("5 4 3 2 1 (the reversal)")
     columns = area.locator("svg text").all_text_contents()
     assert [t for t in columns if t.strip() in "12345"], columns  # the new source on the axes
 
-    box.fill("1 2")  # too short for the task: the reason shows, the picture stays
-    box.press("Enter")
+    type_into(area, "Digits", "1 2")  # too short for the task: the reason shows, the picture stays
     expect(area.locator("[role=alert]")).to_contain_text("expected 3..10 digits")
     expect(area).to_contain_text("5 4 3 2 1 (the reversal)")
-    box.fill("12 x")
-    box.press("Enter")
+    type_into(area, "Digits", "12 x")
     expect(area.locator("[role=alert]")).to_contain_text("digits separated by spaces")
     assert page.blocked == []  # nothing tried to leave 127.0.0.1
