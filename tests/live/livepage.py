@@ -33,6 +33,14 @@ def widget_area(page, title: str):
     return page.locator(".jp-OutputArea-output", has=page.get_by_text(title, exact=True)).first
 
 
+def live_widget(page, title: str, shows: str):
+    """The widget with this title once it shows `shows`, checked to be live (no static hint)."""
+    area = widget_area(page, title)
+    expect(area).to_contain_text(shows, timeout=30_000)
+    assert area.locator("text=Run this notebook").count() == 0  # live: no hint
+    return area
+
+
 def svg_texts(area) -> list[str]:
     """Every SVG <text> in the area, in order: labels, numbers, read-outs."""
     return [t.strip() for t in area.locator("svg text").all_text_contents()]

@@ -6,15 +6,13 @@ written out, and the explorer; the chapter's slower cells (the deep stacks) neve
 
 from __future__ import annotations
 
-from livepage import type_into, widget_area
+from livepage import live_widget, type_into
 from playwright.sync_api import expect
 
 
 def test_chapter_2_explorer_steps_a_typed_sentence_and_refuses_an_empty_one(page, run_notebook):
     run_notebook("02_encoder.ipynb", stop_tag="live-stop")
-    area = widget_area(page, "Step through one encoder layer")
-    expect(area).to_contain_text("Step 0 of 6", timeout=30_000)
-    assert area.locator("text=Run this notebook").count() == 0  # live: no hint
+    area = live_widget(page, "Step through one encoder layer", "Step 0 of 6")
 
     type_into(area, "Sentence", "A dog sat on the rug !")
     expect(area.locator("svg text", has_text="dog")).to_have_count(1)
