@@ -30,6 +30,8 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 XDIST := $(if $(filter 1,$(JOBS)),,-n $(JOBS))
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
+# The Chinese editions (tools/i18n.py): Sphinx's language codes, built into _build/html/zh-Hans|zh-Hant.
+BOOK_LANGUAGES := zh_CN zh_TW
 
 # Prints the first Chromium found ($CHROMIUM, /usr/bin/chromium, chromium, chromium-browser).
 FIND_CHROMIUM = { if [ -n "$${CHROMIUM:-}" ]; then echo "$$CHROMIUM"; \
@@ -85,19 +87,28 @@ assets: $(ASSETS_STAMP) ## fetch the pinned front-end files (widgets, MathJax) i
 
 # --------------------------------------------------------------------------- the book
 
-book: $(VENV_STAMP) $(ASSETS_STAMP) ## create .venv if needed, install, fetch the assets, build _build/html
+book: $(VENV_STAMP) $(ASSETS_STAMP) ## create .venv if needed, install, fetch the assets, build _build/html (English, zh-Hans, zh-Hant)
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
-	@echo "The book: $(CURDIR)/$(BUILD_HTML)/index.html  (or: make serve)"
+	@for language in $(BOOK_LANGUAGES); do $(PY) tools/i18n.py build $$language --quiet; done
+	@echo "The book: $(CURDIR)/$(BUILD_HTML)/index.html, zh-Hans/index.html, zh-Hant/index.html  (or: make serve)"
 
-# What CI checks: a fresh build (every page re-read), and not one warning in its log.
-book-strict: $(VENV_STAMP) $(ASSETS_STAMP) ## a fresh build of every page, failing on any warning (CI)
+# What CI checks: a fresh build of every page of every edition (the Chinese ones beside the English,
+# one process each), and not one warning in their logs.
+book-strict: $(VENV_STAMP) $(ASSETS_STAMP) ## a fresh build of every page, in every language, failing on any warning (CI)
 	@mkdir -p _build
-	@start=$$(date +%s); \
+	@start=$$(date +%s); pids=""; \
+	for language in $(BOOK_LANGUAGES); do \
+		$(PY) tools/i18n.py build $$language > _build/book-build-$$language.log 2>&1 & pids="$$pids $$!"; \
+	done; \
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS) --all 2>&1 | tee _build/book-build.log; \
-	echo "book build: $$(( $$(date +%s) - start )) s"
-	@if grep -n -E "(WARNING|ERROR|CRITICAL|SEVERE):|\((WARNING|ERROR|SEVERE)/[0-9]\)" _build/book-build.log; then \
+	for pid in $$pids; do wait $$pid || true; done; \
+	echo "book build (English and $(BOOK_LANGUAGES), in parallel): $$(( $$(date +%s) - start )) s"
+	@if grep -n -E "(WARNING|ERROR|CRITICAL|SEVERE):|\((WARNING|ERROR|SEVERE)/[0-9]\)|Traceback|build finished with problems" \
+			_build/book-build*.log; then \
 		echo "The book build printed the warnings above: it must be clean."; exit 1; \
 	fi
+	@grep -q "build succeeded" _build/book-build-zh_CN.log && grep -q "build succeeded" _build/book-build-zh_TW.log \
+		|| { tail -20 _build/book-build-zh_*.log; echo "A Chinese edition did not build."; exit 1; }
 
 # --------------------------------------------------------------------------- checks
 

@@ -16,6 +16,12 @@
   sideways on a phone, so its text is text and the map's links work (an <img> would make them
   inert). Each link names its target page in `data-doc`; its href is rewritten for the page it
   lands on, and a link to a page that is not in the book is a build warning.
+- The Chinese editions (tools/i18n.py builds them into _build/html/zh-Hans/ and zh-Hant/): a
+  language switcher on every page of every edition that opens the same page in another language
+  (with `<link rel="alternate" hreflang>`), the diagrams' labels from the catalogue diagrams.po,
+  the prose comments of the exercises' hidden solutions from solutions.po (on the page only), and,
+  as each page's download, its notebook (or Markdown) with the prose translated and the code
+  unchanged.
 - Unhooks sphinx-thebe (Jupyter Book always loads it): the book has no live-code button, and the
   extension writes its inline setup script twice, which throws "Identifier 'THEBE_JS_URL' has
   already been declared" in the console of every page.
@@ -27,6 +33,7 @@ import re
 from html import escape
 from pathlib import Path
 
+import i18n
 from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.config import Config
@@ -98,7 +105,10 @@ _ROLE = re.compile(r'<svg [^>]*role="([a-z]+)"')
 MIN_SCALE = 0.7
 
 
-def diagram_html(svg: str, relative_uri, source: str) -> str:
+DIAGRAM_WORD = {"en": "Diagram: ", "zh_CN": "示意图：", "zh_TW": "示意圖："}
+
+
+def diagram_html(svg: str, relative_uri, source: str, word: str = DIAGRAM_WORD["en"]) -> str:
     """The inline HTML of one diagram: links rewritten by `relative_uri(docname)`, in its box."""
     size, name, role = _SIZE.search(svg), _NAME.search(svg), _ROLE.search(svg)
     if not (size and name and role):
@@ -112,7 +122,7 @@ def diagram_html(svg: str, relative_uri, source: str) -> str:
     style = f"--tc-width:{width:g}px;--tc-min-width:{MIN_SCALE * width:g}px"
     return (
         f'<div class="tc-diagram" style="{style}">'
-        f'<div class="tc-diagram-scroll" role="group" aria-label="Diagram: {name.group(1)}"{focus}>'
+        f'<div class="tc-diagram-scroll" role="group" aria-label="{word}{name.group(1)}"{focus}>'
         f"{svg.strip()}</div></div>"
     )
 
@@ -121,6 +131,8 @@ def _inline_diagrams(app: Sphinx, doctree: nodes.document, docname: str) -> None
     if app.builder is None or app.builder.format != "html":
         return
     docs = app.env.all_docs
+    language = app.config.language
+    labels = _catalogue(app).get("diagrams", {}) if language in i18n.EDITIONS else {}
 
     def relative_uri(target: str) -> str:
         if target not in docs:
@@ -128,6 +140,15 @@ def _inline_diagrams(app: Sphinx, doctree: nodes.document, docname: str) -> None
                 f"diagram link to {target!r}, which is not a page of the book", location=docname
             )
         return app.builder.get_relative_uri(docname, target)
+
+    if language in i18n.EDITIONS and docname.startswith("notebooks/"):
+        comments = _catalogue(app).get("solutions", {})
+        for block in doctree.findall(nodes.literal_block):
+            code = block.astext()
+            translated = i18n.translate_comments(code, comments)
+            if translated != code:  # the solutions' comments; the code stays as it is
+                block.rawsource = translated
+                block.children = [nodes.Text(translated)]
 
     for image in list(doctree.findall(nodes.image)):
         uri = image.get("uri", "").replace("\\", "/")
@@ -139,11 +160,61 @@ def _inline_diagrams(app: Sphinx, doctree: nodes.document, docname: str) -> None
             continue
         path = Path(app.srcdir, uri)
         try:
-            html = diagram_html(path.read_text(encoding="utf-8"), relative_uri, uri)
+            svg = path.read_text(encoding="utf-8")
+            if language in i18n.EDITIONS:
+                svg = i18n.translate_svg(svg, labels)
+            html = diagram_html(svg, relative_uri, uri, DIAGRAM_WORD.get(language, ""))
         except (OSError, ValueError) as error:
             logger.warning(f"diagram {uri}: {error}", location=image)
             continue
         parent.replace_self(nodes.raw("", html, format="html"))
+
+
+def _catalogue(app: Sphinx) -> dict[str, dict[str, str]]:
+    """This edition's finished translations, read once per build."""
+    if not hasattr(app, "_tc_catalogue"):
+        app._tc_catalogue = i18n.translations(app.config.language)
+    return app._tc_catalogue
+
+
+def _language_links(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """The switcher's links: this page in every edition (English at the root, the others in their
+    folder beside it), relative, so the book works from any address or from the disk."""
+    here = i18n.EDITIONS.get(app.config.language, i18n.ENGLISH)
+    to_root = "../" * pagename.count("/") + ("../" if here is not i18n.ENGLISH else "")
+    links = []
+    for edition in (i18n.ENGLISH, *i18n.EDITIONS.values()):
+        folder = "" if edition is i18n.ENGLISH else edition.folder + "/"
+        href = f"{to_root}{folder}{pagename}.html"
+        links.append(
+            {"href": href, "lang": edition.folder, "name": edition.name, "current": edition is here}
+        )
+        if edition is not here:
+            context["metatags"] = context.get("metatags", "") + (
+                f'\n<link rel="alternate" hreflang="{edition.folder}" href="{escape(href)}">'
+            )
+    context["tc_languages"] = links
+
+
+def _translated_sources(app: Sphinx, exception: Exception | None) -> None:
+    """A Chinese page's download: its notebook with the markdown cells translated (code cells,
+    outputs and widget state exactly as in the English one), or its Markdown translated."""
+    if exception or app.config.language not in i18n.EDITIONS or app.builder.format != "html":
+        return
+    import nbformat
+
+    catalogue = _catalogue(app)
+    for docname in app.env.found_docs:
+        source = Path(app.env.doc2path(docname))
+        target = Path(app.outdir, "_sources", docname + source.suffix)
+        if not target.exists():
+            continue
+        messages = catalogue.get(docname, {})
+        if source.suffix == ".ipynb":
+            nbformat.write(i18n.translate_notebook(source, messages), target)
+        else:
+            text = i18n.translate_markdown(source.read_text(encoding="utf-8"), messages)
+            target.write_text(text, encoding="utf-8")
 
 
 def setup(app: Sphinx) -> dict[str, bool]:
@@ -152,4 +223,6 @@ def setup(app: Sphinx) -> dict[str, bool]:
     app.connect("config-inited", _unhook_thebe)
     app.connect("builder-inited", _check_assets)
     app.connect("doctree-resolved", _inline_diagrams)
+    app.connect("html-page-context", _language_links)
+    app.connect("build-finished", _translated_sources)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -27,6 +27,15 @@ The architecture diagrams (inline SVG, see tools/book_ext.py) are checked on the
 visible, named, text as text, with tensor shapes; a screenshot of each in both themes goes to
 _build/screenshots/. The map's links are checked in the HTML and one real click navigates.
 
+The Chinese editions (_build/html/zh-Hans/ and zh-Hant/, built by tools/i18n.py): their widget
+state and colours are the English pages', so each Chinese page gets one load that checks what the
+language changes (offline, no console error, every widget renders and answers its first control,
+maths, diagrams, axe in the light theme) and the phone check; on each, `<html lang>` names the
+edition and a CJK face draws the text (not the empty boxes of a missing font). The language
+switcher opens the same page in the other edition, the search finds Chinese words, and a Chinese
+page's download is its notebook with the prose translated and the code cells exactly the English
+ones.
+
 Run after `make book`; skipped only if the book has not been built.
 """
 
@@ -77,12 +86,31 @@ DIAGRAMS = {
 }
 
 
+EDITIONS = ("zh-Hans", "zh-Hant")  # folders of the Chinese editions, and their lang attributes
+
+
+def edition(rel: str) -> str:
+    """The edition a page belongs to: "en", "zh-Hans" or "zh-Hant"."""
+    first = rel.split("/")[0]
+    return first if first in EDITIONS else "en"
+
+
+def base(rel: str) -> str:
+    """The page's path inside its edition (the same for the same page in every language)."""
+    return rel.removeprefix(edition(rel) + "/") if edition(rel) != "en" else rel
+
+
+def words(text: str) -> int:
+    """Words in English, and characters in Chinese counted two to a word."""
+    return len(re.findall(r"[A-Za-z0-9_]+", text)) + len(re.findall(r"[\u4e00-\u9fff]", text)) // 2
+
+
 def book_pages() -> list[str]:
     """Every HTML page of the built book, relative to _build/html (redirect stubs left out)."""
     pages = []
     for path in sorted(BUILD.rglob("*.html")):
         rel = path.relative_to(BUILD).as_posix()
-        if rel.split("/")[0] in SKIP_DIRS:
+        if SKIP_DIRS & set(rel.split("/")):
             continue
         head = path.read_text(encoding="utf-8", errors="replace")[:2000]
         if re.search(r'http-equiv="refresh"', head, re.IGNORECASE):
@@ -92,6 +120,9 @@ def book_pages() -> list[str]:
 
 
 PAGES = book_pages()
+ENGLISH = [rel for rel in PAGES if edition(rel) == "en"]
+SIMPLIFIED = [rel for rel in PAGES if edition(rel) == "zh-Hans"]
+TRADITIONAL = [rel for rel in PAGES if edition(rel) == "zh-Hant"]
 
 
 def page_source(rel: str) -> str:
@@ -404,13 +435,13 @@ def collapse_repeated_code_tokens(page) -> int:
 def check_diagrams(page, rel: str) -> None:
     """The page shows the diagrams it should, inline, visible and named, their text as text."""
     svgs = page.locator(DIAGRAM)
-    assert svgs.count() == DIAGRAMS.get(rel, 0), f"{rel}: {svgs.count()} diagrams"
+    assert svgs.count() == DIAGRAMS.get(base(rel), 0), f"{rel}: {svgs.count()} diagrams"
     assert page.locator('.bd-article img[src*="diagrams"]').count() == 0, f"{rel}: <img> diagram"
     for i in range(svgs.count()):
         svg = svgs.nth(i)
         assert svg.is_visible(), f"{rel} diagram {i}: hidden"
         name = svg.get_attribute("aria-label") or ""
-        assert len(name.split()) >= 12, f"{rel} diagram {i}: accessible name {name!r}"
+        assert words(name) >= 12, f"{rel} diagram {i}: accessible name {name!r}"
         assert svg.get_attribute("role") in ("img", "group")
         box = svg.bounding_box()
         assert box and box["width"] > 300 and box["height"] > 100, f"{rel} diagram {i}: {box}"
@@ -431,6 +462,9 @@ def screenshot_diagrams(page, rel: str, mode: str, screenshot_dir: Path) -> None
 def test_the_book_has_pages():
     assert PAGES, f"no HTML pages found under {BUILD}"
     assert any(page.startswith("book/") for page in PAGES), "the book/ pages are missing"
+    for folder in EDITIONS:  # every edition has every page
+        pages = {base(rel) for rel in PAGES if edition(rel) == folder}
+        assert pages == set(ENGLISH), f"{folder}: missing {sorted(set(ENGLISH) - pages)[:5]}"
 
 
 class _Links(HTMLParser):
@@ -485,7 +519,7 @@ def test_every_figure_says_what_it_shows():
             looks_like_a_path = re.search(r"\.(png|jpe?g|svg|gif)$", alt) or re.search(
                 r"(^|\s)\.*/\S*\.", alt
             )
-            if len(alt.split()) < 4 or looks_like_a_path:
+            if words(alt) < 4 or looks_like_a_path:
                 bad.append(f"{rel}: {image.get('src', '?')[-40:]} alt={alt[:60]!r}")
     assert not bad, f"{len(bad)} figures without a describing alt text: {bad[:10]}"
 
@@ -526,7 +560,34 @@ def test_a_click_on_the_map_navigates(browser, book_url: str):
     assert not probe.non_local, f"non-local requests: {probe.non_local}"
 
 
-@pytest.mark.parametrize("rel", PAGES)
+def check_language(page, rel: str) -> None:
+    """The page says its language, and in a Chinese edition a CJK face draws its text."""
+    lang = page.evaluate("() => document.documentElement.lang")
+    assert lang == edition(rel), f"{rel}: <html lang={lang!r}>"
+    if edition(rel) == "en":
+        return
+    drawn = page.evaluate(
+        """() => {
+            // The page's own font draws two different words and a private-use string that no font
+            // has: with a CJK face the words differ from each other and from the missing-glyph
+            // boxes; without one all three are the same boxes.
+            const text = document.querySelector("article p, article li, article") || document.body;
+            const font = getComputedStyle(text).fontFamily;
+            const canvas = document.createElement("canvas");
+            canvas.width = 160; canvas.height = 40;
+            const g = canvas.getContext("2d");
+            const draw = (s) => {
+                g.clearRect(0, 0, 160, 40); g.font = "28px " + font; g.fillText(s, 2, 30);
+                return g.getImageData(0, 0, 160, 40).data.join(",");
+            };
+            const a = draw("注意力"), b = draw("位置編碼"), none = draw("\ue000\ue001\ue002");
+            return {differ: a !== b, not_boxes: a !== none && b !== none, font};
+        }"""
+    )
+    assert drawn["differ"] and drawn["not_boxes"], f"{rel}: no CJK font draws the text: {drawn}"
+
+
+@pytest.mark.parametrize("rel", ENGLISH)
 def test_page(rel: str, browser, book_url: str, screenshot_dir: Path):
     """One load per page: it renders offline (maths, widgets) with no console error and no
     non-local request; axe-core finds no WCAG 2.x A/AA or best-practice violation in the light and
@@ -538,6 +599,7 @@ def test_page(rel: str, browser, book_url: str, screenshot_dir: Path):
         if has_maths(rel):
             assert page.locator("mjx-container").count() > 0, f"{rel}: maths not rendered"
         check_diagrams(page, rel)
+        check_language(page, rel)
         shot = screenshot_dir / (rel.removesuffix(".html").replace("/", "__") + ".png")
         page.screenshot(path=str(shot), full_page=True)
         failures = exercise_widgets(page, rel) if n_widgets else []
@@ -641,12 +703,13 @@ def test_page_fits_a_phone(rel: str, browser, book_url: str, screenshot_dir: Pat
                 };
             }"""
         )
-        if rel.startswith("notebooks/05"):  # a widget on a phone, for a person to look at
+        prefix = "phone__" + ("" if edition(rel) == "en" else edition(rel) + "__")
+        if base(rel).startswith("notebooks/05"):  # a widget on a phone, for a person to look at
             page.locator(".widget-subarea").first.scroll_into_view_if_needed()
-            page.screenshot(path=str(screenshot_dir / "phone__05_positional_encoding.png"))
-        if rel == "book/intro.html":  # the map on a phone, for a person to look at
+            page.screenshot(path=str(screenshot_dir / f"{prefix}05_positional_encoding.png"))
+        if base(rel) == "book/intro.html":  # the map on a phone, for a person to look at
             page.locator(".tc-diagram").first.scroll_into_view_if_needed()
-            page.screenshot(path=str(screenshot_dir / "phone__diagram_map.png"))
+            page.screenshot(path=str(screenshot_dir / f"{prefix}diagram_map.png"))
     finally:
         context.close()
     assert found["page"] <= 1 and not found["examples"], f"{rel} is wider than a phone: {found}"
@@ -694,3 +757,121 @@ def test_search_finds_the_chapters(browser, book_url: str):
         page.context.close()
     assert any("/notebooks/" in link for link in links), f"no chapter among the results: {links}"
     assert not probe.problems(), f"search.html: {probe.problems()}"
+
+
+# --------------------------------------------------------------------------- the Chinese editions
+
+
+@pytest.mark.parametrize("rel", SIMPLIFIED + TRADITIONAL)
+def test_chinese_page(rel: str, browser, book_url: str, screenshot_dir: Path):
+    """A Chinese page differs from its English one only in its prose: the widgets' saved state and
+    the colours are the same, and test_page checks those in full (every control, both themes). So
+    one load checks what the language changes: offline with no console error, every widget renders
+    and answers (its first control), maths typeset, diagrams named, `lang`, a CJK face, and axe on
+    the whole page (light theme). Screenshots: the full page (Simplified) or its top (Traditional).
+    """
+    page, probe = open_page(browser, book_url + rel, (book_url,))
+    try:
+        wait_for_widgets(page, rel, probe)
+        wait_for_maths(page, rel, probe)
+        check_diagrams(page, rel)
+        check_language(page, rel)
+        shot = screenshot_dir / (rel.removesuffix(".html").replace("/", "__") + ".png")
+        page.screenshot(path=str(shot), full_page=edition(rel) == "zh-Hans")
+        if edition(rel) == "zh-Hans":
+            screenshot_diagrams(page, rel, "light", screenshot_dir)
+        failures = []
+        for number, root in enumerate(page.locator(".widget-subarea").all(), start=1):
+            found = controls(root)
+            if not found and not shown(root):
+                failures.append(f"widget {number}: renders nothing visible")
+            if found:
+                before = shown(root)
+                done = move(*found[0])
+                if not wait_for_change(root, before):
+                    failures.append(f"widget {number}: {done}, but the shown frame did not change")
+        collapse_repeated_code_tokens(page)
+        violations = axe_violations(page)
+        page.wait_for_timeout(200)
+    finally:
+        page.context.close()
+    assert not failures, f"{rel}: " + "; ".join(failures)
+    assert not violations, f"{rel}: accessibility violations: " + "; ".join(violations)
+    assert not probe.problems(), f"{rel}: {probe.problems()}"
+
+
+def test_the_switcher_opens_the_same_page(browser, book_url: str):
+    """English -> 简体中文 -> 繁體中文 -> English, by clicking the switcher, stays on chapter 5."""
+    page, probe = open_page(
+        browser, book_url + "notebooks/05_positional_encoding.html", (book_url,)
+    )
+    try:
+        for name, expected in (
+            ("简体中文", "zh-Hans/notebooks/05_positional_encoding.html"),
+            ("繁體中文", "zh-Hant/notebooks/05_positional_encoding.html"),
+            ("English", "notebooks/05_positional_encoding.html"),
+        ):
+            page.locator(".tc-languages a", has_text=name).first.click()
+            page.wait_for_url(book_url + expected)
+            current = page.locator('.tc-languages a[aria-current="page"]').first.inner_text()
+            assert current == name, f"{expected}: the switcher marks {current!r} as current"
+            assert page.evaluate("() => document.documentElement.lang") == edition(expected)
+    finally:
+        page.context.close()
+    assert not probe.problems(), probe.problems()
+
+
+@pytest.mark.parametrize(
+    ("folder", "query", "chapter"),
+    [
+        ("zh-Hans", "注意力", "01_attention"),
+        ("zh-Hans", "位置编码", "05_positional_encoding"),
+        ("zh-Hant", "位置編碼", "05_positional_encoding"),
+        ("zh-Hant", "注意力", "01_attention"),
+    ],
+)
+def test_search_finds_chinese_words(folder: str, query: str, chapter: str, browser, book_url: str):
+    """Each edition's own search index (Sphinx's Chinese splitter, jieba) finds its chapter."""
+    url = f"{book_url}{folder}/search.html?q={query}"
+    page, probe = open_page(browser, url, (book_url,))
+    try:
+        page.locator("#search-results .search-summary").wait_for(timeout=RENDER_TIMEOUT_MS)
+        page.wait_for_function(
+            "() => !document.querySelector('#search-progress')?.textContent.trim()",
+            timeout=RENDER_TIMEOUT_MS,
+        )
+        links = page.locator("#search-results ul.search li a").evaluate_all(
+            "(links) => links.map((a) => a.href)"
+        )
+    finally:
+        page.context.close()
+    assert any(f"/{folder}/notebooks/{chapter}.html" in link for link in links[:5]), (
+        f"{query}: chapter {chapter} not among the first results: {links[:8]}"
+    )
+    assert not probe.problems(), probe.problems()
+
+
+def test_chinese_downloads_are_translated_notebooks():
+    """The download of a Chinese chapter page: the markdown translated, the code cells (and their
+    outputs and widget state) exactly the English notebook's."""
+    import json
+
+    checked = 0
+    for rel in SIMPLIFIED + TRADITIONAL:
+        match = re.search(r'href="([^"]*_sources/[^"]+\.ipynb)"', page_source(rel))
+        if not match:
+            continue
+        translated = json.loads(((BUILD / rel).parent / match.group(1)).read_text("utf-8"))
+        english = json.loads(
+            (BUILD.parents[1] / base(rel).replace(".html", ".ipynb")).read_text("utf-8")
+        )
+        code = [c for c in english["cells"] if c["cell_type"] == "code"]
+        assert [c for c in translated["cells"] if c["cell_type"] == "code"] == code, rel
+        assert english["metadata"] == translated["metadata"], rel
+        prose = ["".join(c["source"]) for c in translated["cells"] if c["cell_type"] == "markdown"]
+        chinese = sum(bool(re.search(r"[\u4e00-\u9fff]{4}", text)) for text in prose)
+        assert chinese >= 0.9 * len(prose), (
+            f"{rel}: {len(prose) - chinese} markdown cells not in Chinese"
+        )
+        checked += 1
+    assert checked == 2 * 10, f"{checked} Chinese chapter downloads found"
