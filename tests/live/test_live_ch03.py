@@ -1,18 +1,37 @@
 """Chapter 3's two explorers in a reader's kernel: any position, a typed decoder input, a typed
 new word.
 
-The test runs the chapter in JupyterLab with a live kernel, up to its timings (not needed), and
-reads the frames' numbers from the page.
+Running chapter 3 whole would also check it against PyTorch, step through generation and time the
+cache, which the explorers do not need. So the test builds a small notebook from the chapter's own
+cells, by id: the setup, the imports, the example batch, the untrained model and its first decoder
+layer, the masks, the causal-mask explorer, `output_change` and the leak explorer. It reads the
+frames' numbers from the page.
 """
 
 from __future__ import annotations
 
-from livepage import live_widget, type_into, widget_area
+import pytest
+from livepage import chapter_cells, live_widget, scratch_notebook, type_into, widget_area
 from playwright.sync_api import expect
 
+CELLS = (  # what the two explorers need, in the chapter's order
+    "7a82082c", "1347544a", "5f45cb7a",  # setup(), the imports, the example batch
+    "84f1c624", "779885bf",  # the model, embed and layer; memory_mask
+    "23c31d2e", "d45b1260", "e2efe9a3",  # ch.causal_mask_explorer, output_change, ch.leak_explorer
+)  # fmt: skip
 
-def test_chapter_3_explorers_take_typed_positions_inputs_and_words(page, run_notebook):
-    run_notebook("03_decoder.ipynb", stop_tag="nbval-ignore-output")  # the timings: not needed
+
+@pytest.fixture
+def ch03_notebook(lab) -> str:
+    cells = chapter_cells(lab, "03_decoder.ipynb", CELLS)
+    assert "ch.causal_mask_explorer(" in cells[5] and "ch.leak_explorer(" in cells[-1]
+    return scratch_notebook(lab, "03_decoder.ipynb", cells, "live_ch03.ipynb")
+
+
+def test_chapter_3_explorers_take_typed_positions_inputs_and_words(
+    page, run_notebook, ch03_notebook
+):
+    run_notebook(ch03_notebook)
 
     mask = live_widget(page, "Causal-mask explorer", "4 of 8")  # query 3 of the example: keys 0..3
     type_into(mask, "Decoder input", "die Katze saß auf der Matte . die Katze saß")  # T = 11

@@ -1,33 +1,46 @@
 """Chapter 6's attention explorer in a reader's kernel: any source typed into its box.
 
-The test runs the chapter in JupyterLab with a live kernel, up to the first cell whose output is
-not checked (the rest, the padded rows and the exercises, is not needed), and reads the frame's
-numbers and tokens from the page.
+Running chapter 6 whole would also score the six wirings on held-out examples and check padding,
+which the explorer does not need. So the test builds a small notebook from the chapter's own cells,
+by id: the setup, the imports, the trained model and its example, the recording of every attention
+module's inputs and weights, the table of sources and the explorer. It reads the frame's numbers
+and tokens from the page.
 """
 
 from __future__ import annotations
 
+import pytest
+from livepage import chapter_cells, live_widget, scratch_notebook, type_into
 from playwright.sync_api import expect
 
+CELLS = (  # what the explorer needs, in the chapter's order
+    "bfa68cec", "28bb0469", "a4c0e86d",  # setup(), the imports, the trained model and example
+    "d14485d3", "c3f9a0d4", "cc212fcb",  # streams, inputs and weights; sources; the explorer
+)  # fmt: skip
 
-def test_chapter_6_explorer_records_a_typed_source_and_refuses_bad_ones(page, run_notebook):
-    run_notebook("06_qkv_sources.ipynb", stop_tag="nbval-ignore-output")  # the rest: not needed
-    title = page.get_by_text("The trained model's attention, by layer and type", exact=True)
-    area = page.locator(".jp-OutputArea-output", has=title).first
-    expect(area).to_contain_text("weights8 x 7", timeout=30_000)  # cross-attention, T x S
-    assert area.locator("text=Run this notebook").count() == 0  # live: no hint
 
-    box = area.get_by_label("Source digits")
-    box.fill("5 2 8")
-    box.press("Enter")
+@pytest.fixture
+def ch06_notebook(lab) -> str:
+    cells = chapter_cells(lab, "06_qkv_sources.ipynb", CELLS)
+    assert "ch.attention_explorer(" in cells[-1]
+    return scratch_notebook(lab, "06_qkv_sources.ipynb", cells, "live_ch06.ipynb")
+
+
+def test_chapter_6_explorer_records_a_typed_source_and_refuses_bad_ones(
+    page, run_notebook, ch06_notebook
+):
+    run_notebook(ch06_notebook)
+    title = "The trained model's attention, by layer and type"
+    area = live_widget(page, title, "weights8 x 7")  # cross-attention, T x S
+
+    type_into(area, "Source digits", "5 2 8")
     expect(area).to_contain_text("weights4 x 3")  # <bos> + 3 digits against 3 source digits
     tokens = area.locator("svg text").all_text_contents()
     assert {"5", "2", "8", "<bos>"} <= {t.strip() for t in tokens}, tokens
 
     # Too short for the task, or not digits: the reason shows, and the picture stays.
     for bad, says in [("5 2", "expected 3..10 digits"), ("52 x", "digits: expected digits")]:
-        box.fill(bad)
-        box.press("Enter")
+        type_into(area, "Source digits", bad)
         expect(area.locator("[role=alert]")).to_contain_text(says)
         expect(area).to_contain_text("weights4 x 3")
     assert page.blocked == []  # nothing tried to leave 127.0.0.1
