@@ -1,17 +1,31 @@
 """Chapter 2's step-through explorer in a reader's kernel: any typed sentence, stepped through.
 
-Only the cells above the explorer's reading notes (tagged `live-stop`) run: the example, one layer
-written out, and the explorer; the chapter's slower cells (the deep stacks) never run here.
+Running chapter 2 up to the explorer would also write one layer out by hand and check it against
+the package, which the explorer does not need: it builds its own layer and example. So the test
+builds a small notebook from the chapter's own cells, by id: the setup, the imports and the
+explorer. It reads the tokens from the picture and the LayerNorm's read-out from the table.
 """
 
 from __future__ import annotations
 
-from livepage import live_widget, type_into
+import pytest
+from livepage import chapter_cells, live_widget, scratch_notebook, type_into
 from playwright.sync_api import expect
 
+CELLS = ("setup", "imports", "widget")  # setup(), the imports (`ch`), ch.step_explorer()
 
-def test_chapter_2_explorer_steps_a_typed_sentence_and_refuses_an_empty_one(page, run_notebook):
-    run_notebook("02_encoder.ipynb", stop_tag="live-stop")
+
+@pytest.fixture
+def ch02_notebook(lab) -> str:
+    cells = chapter_cells(lab, "02_encoder.ipynb", CELLS)
+    assert "ch.step_explorer(" in cells[-1]
+    return scratch_notebook(lab, "02_encoder.ipynb", cells, "live_ch02.ipynb")
+
+
+def test_chapter_2_explorer_steps_a_typed_sentence_and_refuses_an_empty_one(
+    page, run_notebook, ch02_notebook
+):
+    run_notebook(ch02_notebook)
     area = live_widget(page, "Step through one encoder layer", "Step 0 of 6")
 
     type_into(area, "Sentence", "A dog sat on the rug !")
