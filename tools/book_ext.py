@@ -35,9 +35,11 @@ from pathlib import Path
 
 import i18n
 from docutils import nodes
+from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.config import Config
 from sphinx.errors import ConfigError
+from sphinx.transforms import SphinxTransform
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
@@ -217,6 +219,23 @@ def _translated_sources(app: Sphinx, exception: Exception | None) -> None:
             target.write_text(text, encoding="utf-8")
 
 
+class TranslateTocCaptions(SphinxTransform):
+    """The part captions of _toc.yml ("Chapters", ...) in a Chinese edition. sphinx-external-toc
+    inserts its toctrees (priority 100) after Sphinx has translated the page (20), so its captions
+    are translated here, from the root page's catalogue, where the gettext builder puts them."""
+
+    default_priority = 101
+
+    def apply(self) -> None:
+        if self.config.language not in i18n.EDITIONS:
+            return
+        messages = _catalogue(self.app).get(self.env.docname, {})
+        for toctree in self.document.findall(addnodes.toctree):
+            caption = toctree.get("caption")
+            if caption in messages:
+                toctree["caption"] = messages[caption]
+
+
 def setup(app: Sphinx) -> dict[str, bool]:
     app.set_html_assets_policy("always")  # MathJax on every page (titles in the navigation)
     app.connect("config-inited", _repository_buttons)
@@ -224,5 +243,6 @@ def setup(app: Sphinx) -> dict[str, bool]:
     app.connect("builder-inited", _check_assets)
     app.connect("doctree-resolved", _inline_diagrams)
     app.connect("html-page-context", _language_links)
+    app.add_transform(TranslateTocCaptions)
     app.connect("build-finished", _translated_sources)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
