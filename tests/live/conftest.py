@@ -163,7 +163,7 @@ async ({path, stopTag}) => {
 
 
 @pytest.fixture
-def run_notebook(page, lab: LabServer):
+def run_notebook(page, lab: LabServer) -> Iterator:
     """`run_notebook(name, stop_tag=None)`: open notebooks/<name> in Lab and run its cells (all,
     or those above the first cell tagged `stop_tag`, e.g. the timings); fail on an error output."""
 
@@ -180,4 +180,10 @@ def run_notebook(page, lab: LabServer):
         assert errors == [], f"{name}: cells raised {errors}"
         page.set_default_timeout(30_000)  # from here on each step is one small render
 
-    return run
+    yield run
+    # Each test's kernel holds a torch process: shut it down rather than keep one per test alive
+    # (and competing for the two cores) until the session ends.
+    try:
+        page.evaluate("() => window.jupyterapp?.serviceManager.sessions.shutdownAll()")
+    except Exception:  # noqa: BLE001  the page may already be gone after a failure
+        pass

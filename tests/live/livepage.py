@@ -28,6 +28,16 @@ def scratch_notebook(lab, chapter: str, sources: Sequence[str], name: str) -> st
     return name
 
 
+def chapter_notebook(lab, chapter: str, ids: Sequence[str], *calls: str) -> str:
+    """A scratch notebook of `chapter`'s cells with these ids; each of `calls` (the widgets the test
+    drives) must be in them, so a renamed widget fails here rather than as a timeout."""
+    sources = chapter_cells(lab, chapter, ids)
+    missing = [call for call in calls if not any(call in source for source in sources)]
+    if missing:
+        raise AssertionError(f"{chapter}: cells {list(ids)} no longer call {missing}")
+    return scratch_notebook(lab, chapter, sources, "live_" + chapter)
+
+
 def widget_area(page, title: str):
     """The output area of the cell whose widget has this title."""
     return page.locator(".jp-OutputArea-output", has=page.get_by_text(title, exact=True)).first

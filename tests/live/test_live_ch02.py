@@ -9,7 +9,7 @@ explorer. It reads the tokens from the picture and the LayerNorm's read-out from
 from __future__ import annotations
 
 import pytest
-from livepage import chapter_cells, live_widget, scratch_notebook, type_into
+from livepage import chapter_notebook, live_widget, type_into
 from playwright.sync_api import expect
 
 CELLS = ("setup", "imports", "widget")  # setup(), the imports (`ch`), ch.step_explorer()
@@ -17,9 +17,7 @@ CELLS = ("setup", "imports", "widget")  # setup(), the imports (`ch`), ch.step_e
 
 @pytest.fixture
 def ch02_notebook(lab) -> str:
-    cells = chapter_cells(lab, "02_encoder.ipynb", CELLS)
-    assert "ch.step_explorer(" in cells[-1]
-    return scratch_notebook(lab, "02_encoder.ipynb", cells, "live_ch02.ipynb")
+    return chapter_notebook(lab, "02_encoder.ipynb", CELLS, "ch.step_explorer(")
 
 
 def test_chapter_2_explorer_steps_a_typed_sentence_and_refuses_an_empty_one(

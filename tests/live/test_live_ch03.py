@@ -11,7 +11,7 @@ frames' numbers from the page.
 from __future__ import annotations
 
 import pytest
-from livepage import chapter_cells, live_widget, scratch_notebook, type_into, widget_area
+from livepage import chapter_notebook, live_widget, type_into, widget_area
 from playwright.sync_api import expect
 
 CELLS = (  # what the two explorers need, in the chapter's order
@@ -23,9 +23,8 @@ CELLS = (  # what the two explorers need, in the chapter's order
 
 @pytest.fixture
 def ch03_notebook(lab) -> str:
-    cells = chapter_cells(lab, "03_decoder.ipynb", CELLS)
-    assert "ch.causal_mask_explorer(" in cells[5] and "ch.leak_explorer(" in cells[-1]
-    return scratch_notebook(lab, "03_decoder.ipynb", cells, "live_ch03.ipynb")
+    explorers = ("ch.causal_mask_explorer(", "ch.leak_explorer(")
+    return chapter_notebook(lab, "03_decoder.ipynb", CELLS, *explorers)
 
 
 def test_chapter_3_explorers_take_typed_positions_inputs_and_words(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from livepage import chapter_cells, picture, scratch_notebook, wait_picture, widget_area
+from livepage import chapter_notebook, picture, wait_picture, widget_area
 from playwright.sync_api import expect
 
 CELLS = (  # what the explorer needs, in the chapter's order
@@ -23,8 +23,7 @@ CELLS = (  # what the explorer needs, in the chapter's order
 
 @pytest.fixture
 def ch04_notebook(lab) -> str:
-    chapter = "04_multi_head_attention.ipynb"
-    return scratch_notebook(lab, chapter, chapter_cells(lab, chapter, CELLS), "live_ch04.ipynb")
+    return chapter_notebook(lab, "04_multi_head_attention.ipynb", CELLS)
 
 
 def test_chapter_4_explorers_take_typed_sentences_and_digits(page, run_notebook, ch04_notebook):

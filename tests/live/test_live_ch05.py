@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from livepage import chapter_cells, picture, scratch_notebook, wait_picture, widget_area
+from livepage import chapter_notebook, picture, wait_picture, widget_area
 from playwright.sync_api import expect
 
 CELLS = ("setup", "imports", "explorer", "similarity-explorer")
@@ -18,8 +18,7 @@ CELLS = ("setup", "imports", "explorer", "similarity-explorer")
 
 @pytest.fixture
 def ch05_notebook(lab) -> str:
-    chapter = "05_positional_encoding.ipynb"
-    return scratch_notebook(lab, chapter, chapter_cells(lab, chapter, CELLS), "live_ch05.ipynb")
+    return chapter_notebook(lab, "05_positional_encoding.ipynb", CELLS)
 
 
 def press(area, slider: int, key: str, times: int = 1) -> None:

@@ -10,7 +10,7 @@ and tokens from the page.
 from __future__ import annotations
 
 import pytest
-from livepage import chapter_cells, live_widget, scratch_notebook, type_into
+from livepage import chapter_notebook, live_widget, type_into
 from playwright.sync_api import expect
 
 CELLS = (  # what the explorer needs, in the chapter's order
@@ -21,9 +21,7 @@ CELLS = (  # what the explorer needs, in the chapter's order
 
 @pytest.fixture
 def ch06_notebook(lab) -> str:
-    cells = chapter_cells(lab, "06_qkv_sources.ipynb", CELLS)
-    assert "ch.attention_explorer(" in cells[-1]
-    return scratch_notebook(lab, "06_qkv_sources.ipynb", cells, "live_ch06.ipynb")
+    return chapter_notebook(lab, "06_qkv_sources.ipynb", CELLS, "ch.attention_explorer(")
 
 
 def test_chapter_6_explorer_records_a_typed_source_and_refuses_bad_ones(

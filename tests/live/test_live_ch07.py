@@ -9,7 +9,7 @@ explorer.
 from __future__ import annotations
 
 import pytest
-from livepage import chapter_cells, scratch_notebook
+from livepage import chapter_notebook
 from playwright.sync_api import expect
 
 from transformer_course.chapters import ch07_dot_product as ch
@@ -17,10 +17,8 @@ from transformer_course.chapters import ch07_dot_product as ch
 
 @pytest.fixture
 def ch07_notebook(lab) -> str:
-    chapter = "07_why_dot_product.ipynb"
-    cells = chapter_cells(lab, chapter, ("setup", "imports", "explorer"))
-    assert "ch.length_angle_explorer()" in cells[-1]
-    return scratch_notebook(lab, chapter, cells, "live_ch07.ipynb")
+    cells = ("setup", "imports", "explorer")
+    return chapter_notebook(lab, "07_why_dot_product.ipynb", cells, "ch.length_angle_explorer()")
 
 
 def bars(angle: float, length: float, temperature: float = 0.5, query_length: float = 1.5):

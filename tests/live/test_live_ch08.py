@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from livepage import chapter_cells, live_widget, scratch_notebook, svg_texts
+from livepage import chapter_notebook, live_widget, svg_texts
 from playwright.sync_api import expect
 
 from transformer_course.chapters import ch08_scale as ch
@@ -21,9 +21,7 @@ CELLS = ("bafaae46", "ed90ec6d", "d2310b94")  # setup(), the imports, ch.saturat
 
 @pytest.fixture
 def ch08_notebook(lab) -> str:
-    cells = chapter_cells(lab, "08_why_scale.ipynb", CELLS)
-    assert "ch.saturation_explorer()" in cells[-1]
-    return scratch_notebook(lab, "08_why_scale.ipynb", cells, "live_ch08.ipynb")
+    return chapter_notebook(lab, "08_why_scale.ipynb", CELLS, "ch.saturation_explorer()")
 
 
 def bars(scores: torch.Tensor) -> list[str]:
