@@ -89,7 +89,9 @@ assets: $(ASSETS_STAMP) ## fetch the pinned front-end files (widgets, MathJax) i
 
 book: $(VENV_STAMP) $(ASSETS_STAMP) ## create .venv if needed, install, fetch the assets, build _build/html (English, zh-Hans, zh-Hant)
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
-	@for language in $(BOOK_LANGUAGES); do $(PY) tools/i18n.py build $$language --quiet; done
+	@pids=""; for language in $(BOOK_LANGUAGES); do \
+		$(PY) tools/i18n.py build $$language --quiet & pids="$$pids $$!"; \
+	done; status=0; for pid in $$pids; do wait $$pid || status=1; done; exit $$status
 	@echo "The book: $(CURDIR)/$(BUILD_HTML)/index.html, zh-Hans/index.html, zh-Hant/index.html  (or: make serve)"
 
 # What CI checks: a fresh build of every page of every edition (the Chinese ones beside the English,
@@ -98,7 +100,8 @@ book-strict: $(VENV_STAMP) $(ASSETS_STAMP) ## a fresh build of every page, in ev
 	@mkdir -p _build
 	@start=$$(date +%s); pids=""; \
 	for language in $(BOOK_LANGUAGES); do \
-		$(PY) tools/i18n.py build $$language > _build/book-build-$$language.log 2>&1 & pids="$$pids $$!"; \
+		$(PY) tools/i18n.py build $$language --fresh > _build/book-build-$$language.log 2>&1 & \
+		pids="$$pids $$!"; \
 	done; \
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS) --all 2>&1 | tee _build/book-build.log; \
 	for pid in $$pids; do wait $$pid || true; done; \

@@ -236,6 +236,15 @@ class TranslateTocCaptions(SphinxTransform):
                 toctree["caption"] = messages[caption]
 
 
+def _note_catalogues(app: Sphinx, doctree: nodes.document) -> None:
+    """In a Chinese edition a page also depends on the catalogues read here (diagrams, solutions,
+    the page's own), so an incremental build re-reads it when one of them changes."""
+    if app.config.language in i18n.EDITIONS:
+        root = i18n.LOCALES / app.config.language / "LC_MESSAGES"
+        for name in ("diagrams", "solutions", app.env.docname):
+            app.env.note_dependency(str(root / f"{name}.po"))
+
+
 def setup(app: Sphinx) -> dict[str, bool]:
     app.set_html_assets_policy("always")  # MathJax on every page (titles in the navigation)
     app.connect("config-inited", _repository_buttons)
@@ -244,5 +253,6 @@ def setup(app: Sphinx) -> dict[str, bool]:
     app.connect("doctree-resolved", _inline_diagrams)
     app.connect("html-page-context", _language_links)
     app.add_transform(TranslateTocCaptions)
+    app.connect("doctree-read", _note_catalogues)
     app.connect("build-finished", _translated_sources)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

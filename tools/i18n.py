@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import html
 import io
 import re
@@ -296,30 +297,29 @@ def update(pot_dir: Path = POT_DIR) -> None:
 
 
 def read_terms() -> list[dict[str, str]]:
+    """The term table: english, zh_hans, zh_hant, note."""
     with TERMS.open(encoding="utf-8", newline="") as f:
         return list(csv.DictReader(f))
+
+
+@functools.cache
+def _term_fixes() -> tuple[tuple[str, str], ...]:
+    """(OpenCC's Traditional, the table's) for each term where the two differ."""
+    import opencc
+
+    converter = opencc.OpenCC(OPENCC_PROFILE)
+    pairs = ((converter.convert(t["zh_hans"]), t["zh_hant"]) for t in read_terms())
+    return tuple((ours, table) for ours, table in pairs if ours != table)
 
 
 def to_traditional(text: str, converter=None) -> str:
     """Simplified -> Traditional: OpenCC's s2tw, then each term as the term table writes it."""
     import opencc
 
-    converter = converter or opencc.OpenCC(OPENCC_PROFILE)
-    out = converter.convert(text)
-    for term in read_terms_cached():
-        converted = converter.convert(term["zh_hans"])
-        if converted != term["zh_hant"]:
-            out = out.replace(converted, term["zh_hant"])
+    out = (converter or opencc.OpenCC(OPENCC_PROFILE)).convert(text)
+    for converted, term in _term_fixes():
+        out = out.replace(converted, term)
     return out
-
-
-_TERMS_CACHE: list[dict[str, str]] = []
-
-
-def read_terms_cached() -> list[dict[str, str]]:
-    if not _TERMS_CACHE:
-        _TERMS_CACHE.extend(read_terms())
-    return _TERMS_CACHE
 
 
 def traditional_catalogue(simplified):
@@ -458,11 +458,12 @@ def check(pot_dir: Path | None = None) -> int:
 # --------------------------------------------------------------------------- the builds
 
 
-def build(language: str, *, strict: bool = True, quiet: bool = False) -> int:
+def build(language: str, *, fresh: bool = False, quiet: bool = False) -> int:
     """Build one Chinese edition into _build/html/<folder>/, next to the English book.
 
-    Every page is re-read (its own doctrees, so the English build's cache is never mixed in); with
-    `strict`, a warning fails the build as it does for the English one.
+    Each edition keeps its own doctrees (the English build's cache is never mixed in), so a second
+    build re-reads only what changed; `fresh` re-reads every page. A warning fails the build, as it
+    does for the English one.
     """
     edition = EDITIONS[language]
     return sphinx_build(
@@ -476,11 +477,11 @@ def build(language: str, *, strict: bool = True, quiet: bool = False) -> int:
             "html_title": edition.title,
             "html_context": {"language": edition.folder},
             "html_theme_options": {"search_bar_text": edition.search},
-            "nitpicky": strict,
+            "nitpicky": True,
         },
-        freshenv=True,
-        warningiserror=strict,
-        keep_going=strict,
+        freshenv=fresh,
+        warningiserror=True,
+        keep_going=True,
         quiet=quiet,
     )
 
@@ -570,6 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["extract", "update", "hant", "check", "lint", "build"])
     parser.add_argument("args", nargs="*", help="build: the language; lint: .po files")
     parser.add_argument("--quiet", action="store_true", help="build: print only warnings")
+    parser.add_argument("--fresh", action="store_true", help="build: re-read every page")
     args = parser.parse_args(argv)
     if args.command == "extract":
         print(f"messages: {extract()}")
@@ -588,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "build":
         if len(args.args) != 1 or args.args[0] not in EDITIONS:
             parser.error("build needs one language: " + ", ".join(EDITIONS))
-        return build(args.args[0], quiet=args.quiet)
+        return build(args.args[0], fresh=args.fresh, quiet=args.quiet)
     return 0
 
 
