@@ -328,7 +328,12 @@ def traditional_catalogue(simplified):
     from babel.messages.catalog import Catalog
 
     converter = opencc.OpenCC(OPENCC_PROFILE)
-    out = Catalog(locale="zh_Hant_TW", project=simplified.project, fuzzy=False)
+    out = Catalog(
+        locale="zh_Hant_TW",
+        project=simplified.project,
+        fuzzy=False,
+        creation_date=simplified.creation_date,  # regenerating changes nothing unless the text does
+    )
     for message in simplified:
         if not message.id:
             continue
