@@ -107,10 +107,7 @@ _ROLE = re.compile(r'<svg [^>]*role="([a-z]+)"')
 MIN_SCALE = 0.7
 
 
-DIAGRAM_WORD = {"en": "Diagram: ", "zh_CN": "示意图：", "zh_TW": "示意圖："}
-
-
-def diagram_html(svg: str, relative_uri, source: str, word: str = DIAGRAM_WORD["en"]) -> str:
+def diagram_html(svg: str, relative_uri, source: str, word: str = i18n.ENGLISH.diagram) -> str:
     """The inline HTML of one diagram: links rewritten by `relative_uri(docname)`, in its box."""
     size, name, role = _SIZE.search(svg), _NAME.search(svg), _ROLE.search(svg)
     if not (size and name and role):
@@ -143,15 +140,6 @@ def _inline_diagrams(app: Sphinx, doctree: nodes.document, docname: str) -> None
             )
         return app.builder.get_relative_uri(docname, target)
 
-    if language in i18n.EDITIONS and docname.startswith("notebooks/"):
-        comments = _catalogue(app).get("solutions", {})
-        for block in doctree.findall(nodes.literal_block):
-            code = block.astext()
-            translated = i18n.translate_comments(code, comments)
-            if translated != code:  # the solutions' comments; the code stays as it is
-                block.rawsource = translated
-                block.children = [nodes.Text(translated)]
-
     for image in list(doctree.findall(nodes.image)):
         uri = image.get("uri", "").replace("\\", "/")
         if not (uri.startswith(DIAGRAMS) and uri.endswith(".svg")):
@@ -165,11 +153,26 @@ def _inline_diagrams(app: Sphinx, doctree: nodes.document, docname: str) -> None
             svg = path.read_text(encoding="utf-8")
             if language in i18n.EDITIONS:
                 svg = i18n.translate_svg(svg, labels)
-            html = diagram_html(svg, relative_uri, uri, DIAGRAM_WORD.get(language, ""))
+            word = i18n.EDITIONS.get(language, i18n.ENGLISH).diagram
+            html = diagram_html(svg, relative_uri, uri, word)
         except (OSError, ValueError) as error:
             logger.warning(f"diagram {uri}: {error}", location=image)
             continue
         parent.replace_self(nodes.raw("", html, format="html"))
+
+
+def _translate_comments(app: Sphinx, doctree: nodes.document, docname: str) -> None:
+    """In a Chinese edition, the prose comments of the code shown on the page (the catalogue
+    solutions.po holds the exercises' solutions'); the code itself, and the download, unchanged."""
+    if app.config.language not in i18n.EDITIONS or app.builder.format != "html":
+        return
+    comments = _catalogue(app).get("solutions", {})
+    for block in doctree.findall(nodes.literal_block):
+        code = block.astext()
+        translated = i18n.translate_comments(code, comments)
+        if translated != code:
+            block.rawsource = translated  # the HTML writer highlights rawsource when they agree
+            block.children = [nodes.Text(translated)]
 
 
 def _catalogue(app: Sphinx) -> dict[str, dict[str, str]]:
@@ -251,6 +254,7 @@ def setup(app: Sphinx) -> dict[str, bool]:
     app.connect("config-inited", _unhook_thebe)
     app.connect("builder-inited", _check_assets)
     app.connect("doctree-resolved", _inline_diagrams)
+    app.connect("doctree-resolved", _translate_comments)
     app.connect("html-page-context", _language_links)
     app.add_transform(TranslateTocCaptions)
     app.connect("doctree-read", _note_catalogues)

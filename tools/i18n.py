@@ -39,18 +39,19 @@ SIMPLIFIED, TRADITIONAL = "zh_CN", "zh_TW"
 
 @dataclass(frozen=True)
 class Edition:
-    language: str  # Sphinx's code: its own and the theme's catalogues exist for it
     folder: str  # under _build/html/, and the page's lang attribute (BCP 47)
     name: str  # how the switcher names it, in its own script
     title: str  # the book's title (_config.yml's, which is not a message)
     search: str  # the search box's placeholder (a theme option, not a message)
+    diagram: str  # what a diagram's box is called before its name, for screen readers
 
 
+# Keyed by Sphinx's language codes: Sphinx's and the theme's own catalogues exist for these.
 EDITIONS = {
-    SIMPLIFIED: Edition(SIMPLIFIED, "zh-Hans", "简体中文", "从零构建 Transformer", "搜索本书…"),
-    TRADITIONAL: Edition(TRADITIONAL, "zh-Hant", "繁體中文", "從零構建 Transformer", "搜尋本書…"),
+    SIMPLIFIED: Edition("zh-Hans", "简体中文", "从零构建 Transformer", "搜索本书…", "示意图："),
+    TRADITIONAL: Edition("zh-Hant", "繁體中文", "從零構建 Transformer", "搜尋本書…", "示意圖："),
 }
-ENGLISH = Edition("en", "en", "English", "", "")
+ENGLISH = Edition("en", "English", "", "", "Diagram: ")
 HTML = ROOT / "_build" / "html"
 # OpenCC's profile for the Traditional edition: Taiwan's standard characters (為, 裡, 著), no phrase
 # conversion, so 網絡, 信息, 數據 and 概率 stay the note's words. CONTRIBUTING.md gives the reasons.
