@@ -12,6 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
+# The tools are scripts that import each other (tools/book_ext.py imports tools/i18n.py, as Sphinx
+# loads it with tools/ on the path): the tests see them the same way.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+
 
 @pytest.fixture(autouse=True)
 def seeded_torch():

@@ -13,17 +13,13 @@
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
+import i18n  # tools/i18n.py (tests/conftest.py puts tools/ on the path)
 import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-
-import i18n  # noqa: E402
-
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
