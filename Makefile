@@ -47,20 +47,37 @@ help: ## this list
 
 # --------------------------------------------------------------------------- environment
 
-# One pip call installs torch, pinned, with everything else (one resolution; a bare "torch", or a
+# One call installs torch, pinned, with everything else (one resolution; a bare "torch", or a
 # range admitting a newer release, would pull a CUDA build of several GB). With TORCH_INDEX_URL,
-# torch comes first from that index. --no-compile: Python compiles what it imports, when it does
-# (measured on this 2-core machine: 274 s for two calls with byte-compiling, 184 s for this).
+# torch comes first from that index. The installer is uv (pinned in constraints.txt, itself
+# pip-installed into .venv): the same pins, unpacked in parallel (measured on this 2-core machine,
+# caches cold: 16 s, against 109 s for pip). uv does not read pip's configuration, so pip's
+# find-links (a wheel of torch kept on disk, say) is passed on. If uv cannot install, pip does
+# (--no-compile: Python compiles what it imports, when it does).
+UV_VERSION := $(shell sed -n 's/^uv==//p' constraints.txt)
+PIP_FIND_LINKS = $(shell $(PYTHON) -m pip config list 2>/dev/null \
+	| sed -n "s/^[^=]*find-links='\(.*\)'$$/\1/p" | tr ' ' '\n' | sort -u)
+UV_INSTALL = $(BIN)/uv pip install --quiet --python $(PY) $(addprefix --find-links ,$(PIP_FIND_LINKS))
+PIP_INSTALL = $(PY) -m pip install --quiet --no-compile
+INSTALL_ARGS := torch==$(TORCH_VERSION) -r requirements.txt -c constraints.txt
 $(VENV_STAMP): requirements.txt constraints.txt pyproject.toml
 	@if [ ! -x $(PY) ]; then \
 		echo "Creating $(VENV) with $(PYTHON)"; \
 		$(PYTHON) -m venv $(VENV); \
 	fi
 	@test -n "$(TORCH_VERSION)" || { echo "constraints.txt pins no torch==<version>"; exit 1; }
-	$(if $(TORCH_INDEX_URL),$(PY) -m pip install --quiet --no-compile torch==$(TORCH_VERSION) \
-		--index-url $(TORCH_INDEX_URL))
-	$(PY) -m pip install --quiet --no-compile torch==$(TORCH_VERSION) -r requirements.txt \
-		-c constraints.txt
+	@test -n "$(UV_VERSION)" || { echo "constraints.txt pins no uv==<version>"; exit 1; }
+	@start=$$(date +%s); \
+	if $(PIP_INSTALL) uv==$(UV_VERSION) \
+		$(if $(TORCH_INDEX_URL),&& $(UV_INSTALL) torch==$(TORCH_VERSION) --index-url $(TORCH_INDEX_URL)) \
+		&& $(UV_INSTALL) $(INSTALL_ARGS); then \
+		echo "Installed with uv $(UV_VERSION) in $$(( $$(date +%s) - start )) s"; \
+	else \
+		echo "uv could not install: installing with pip instead"; \
+		$(if $(TORCH_INDEX_URL),$(PIP_INSTALL) torch==$(TORCH_VERSION) --index-url $(TORCH_INDEX_URL);) \
+		$(PIP_INSTALL) $(INSTALL_ARGS); \
+		echo "Installed with pip in $$(( $$(date +%s) - start )) s"; \
+	fi
 	@touch $@
 
 npm:
