@@ -167,3 +167,21 @@ def test_the_gate_can_fail(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(i18n, "LOCALES", tmp_path)
     count = i18n.check_language("zh_CN", tmp_path / "pot")["page"]
     assert (count.messages, count.missing, count.untranslated, count.fuzzy) == (6, 1, 2, 1)
+
+
+def test_the_fast_chinese_search_indexes_as_sphinx_does():
+    """tools/book_ext.py's FastSearchChinese stems every word as Sphinx's own Chinese search does,
+    Latin words it has seen included (one that stemming would cut below three letters is kept as
+    it is: 'being', not 'be')."""
+    from sphinx.search.zh import SearchChinese
+
+    import book_ext
+
+    text = "注意力 attention, being all it has: softmax(QK^T / sqrt(d_k)) 位置编码 uses sin and cos"
+    theirs, ours = SearchChinese({}), book_ext.FastSearchChinese({})
+    words = theirs.split(text)
+    assert ours.split(text) == words
+    stems = [theirs.stem(word) for word in words]
+    assert [ours.stem(word) for word in words] == stems
+    assert "being" in stems and "be" not in stems  # the seen-word rule applied, so it is compared
+    assert isinstance(ours.latin_terms, book_ext._LatinTerms)

@@ -35,10 +35,11 @@ from pathlib import Path
 
 import i18n
 from docutils import nodes
-from sphinx import addnodes
+from sphinx import addnodes, search
 from sphinx.application import Sphinx
 from sphinx.config import Config
 from sphinx.errors import ConfigError
+from sphinx.search.zh import SearchChinese
 from sphinx.transforms import SphinxTransform
 from sphinx.util import logging
 
@@ -248,10 +249,42 @@ def _note_catalogues(app: Sphinx, doctree: nodes.document) -> None:
             app.env.note_dependency(str(root / f"{name}.po"))
 
 
+class _LatinTerms(list):
+    """Sphinx's Chinese search keeps the Latin words it has seen in a list and asks, for every word
+    it indexes, whether the word is in it: a search through the whole list each time (a Chinese
+    edition spent 17 of its 69 s there). The same list, answering that question from a set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[str] = set()
+
+    def extend(self, words) -> None:
+        words = list(words)
+        super().extend(words)
+        self._seen.update(words)
+
+    def __contains__(self, word: object) -> bool:
+        return word in self._seen
+
+
+class FastSearchChinese(SearchChinese):
+    """Sphinx's Chinese search language with _LatinTerms: the same index, sooner."""
+
+    def init(self, options: dict[str, str]) -> None:
+        super().init(options)
+        self.latin_terms = _LatinTerms()
+
+
+def _fast_chinese_search(app: Sphinx, config: Config) -> None:
+    if (config.language or "").startswith("zh"):
+        search.languages["zh"] = FastSearchChinese
+
+
 def setup(app: Sphinx) -> dict[str, bool]:
     app.set_html_assets_policy("always")  # MathJax on every page (titles in the navigation)
     app.connect("config-inited", _repository_buttons)
     app.connect("config-inited", _unhook_thebe)
+    app.connect("config-inited", _fast_chinese_search)
     app.connect("builder-inited", _check_assets)
     app.connect("doctree-resolved", _inline_diagrams)
     app.connect("doctree-resolved", _translate_comments)

@@ -175,6 +175,14 @@ _TRAIL = r"(?=[ \t]*(?:$|\|))"
 _CODE_FENCE = re.compile(r"^([ \t]*)(`{3,}|~{3,})(?![ \t]*\{).*?\n.*?^\1\2[ \t]*$", re.M | re.S)
 
 
+@functools.cache
+def _message_pattern(msgid: str) -> re.Pattern:
+    """The message as a block of the markdown source, where a line break may stand for a space
+    (compiled once: a notebook's cells each try every message of the page)."""
+    body = r"\s+".join(re.escape(word) for word in msgid.split(" "))
+    return re.compile(rf"(?P<lead>{_LEAD}){body}{_TRAIL}", re.M)
+
+
 def translate_markdown(text: str, messages: dict[str, str]) -> str:
     """Markdown with each block that is a message replaced by its translation (longest first).
 
@@ -199,11 +207,11 @@ def translate_markdown(text: str, messages: dict[str, str]) -> str:
     for msgid in sorted(messages, key=len, reverse=True):
         if msgid.startswith("\n") or msgid.strip() != msgid:
             continue  # a maths block: the same in every language
-        body = r"\s+".join(re.escape(word) for word in msgid.split(" "))
-        pattern = re.compile(rf"(?P<lead>{_LEAD}){body}{_TRAIL}", re.M)
+        if msgid.split(" ", 1)[0] not in text:
+            continue  # cannot match: most messages are another cell's
         # The translation keeps one line per message; inside an indented block (a list item, a
         # glossary definition) that is still the same block.
-        text = pattern.sub(put(messages[msgid]), text)
+        text = _message_pattern(msgid).sub(put(messages[msgid]), text)
     return re.sub("\x00(\\d+)\x00", lambda m: slots[int(m.group(1))], text)
 
 
