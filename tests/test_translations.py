@@ -173,9 +173,8 @@ def test_the_fast_chinese_search_indexes_as_sphinx_does():
     """tools/book_ext.py's FastSearchChinese stems every word as Sphinx's own Chinese search does,
     Latin words it has seen included (one that stemming would cut below three letters is kept as
     it is: 'being', not 'be')."""
-    from sphinx.search.zh import SearchChinese
-
     import book_ext
+    from sphinx.search.zh import SearchChinese
 
     text = "注意力 attention, being all it has: softmax(QK^T / sqrt(d_k)) 位置编码 uses sin and cos"
     theirs, ours = SearchChinese({}), book_ext.FastSearchChinese({})

@@ -111,27 +111,74 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
             process.wait()
 
 
+class LabPage:
+    """One browser page with JupyterLab loaded, kept for every test of a test process: Lab's own
+    start in the browser took 5 s, and every test needs it. Each test finds no document open and no
+    kernel running (`close`); a page whose cleaning fails is dropped and the next test gets a new
+    one."""
+
+    def __init__(self, browser) -> None:
+        self.browser, self.page = browser, None
+
+    def get(self):
+        if self.page is None:
+            context = self.browser.new_context(viewport={"width": 1280, "height": 900})
+            blocked: list[str] = []
+
+            def route(r) -> None:
+                host = urlparse(r.request.url).hostname
+                if r.request.url.startswith(("data:", "blob:")) or host == "127.0.0.1":
+                    r.continue_()
+                else:
+                    blocked.append(r.request.url)
+                    r.abort()
+
+            context.route("**/*", route)
+            self.page = context.new_page()
+            self.page.blocked = blocked
+        self.page.blocked.clear()
+        return self.page
+
+    def close(self) -> None:
+        """Close every document without saving it (a test's outputs are its kernel's, never the
+        notebook's) and shut down every kernel: each holds a torch process, competing for the two
+        cores."""
+        if self.page is None:
+            return
+        try:
+            self.page.evaluate(CLOSE_JS)
+        except Exception:  # noqa: BLE001  a failed test may have left the page unusable
+            self.drop()
+
+    def drop(self) -> None:
+        if self.page is not None:
+            self.page.context.close()
+            self.page = None
+
+
+CLOSE_JS = """
+async () => {
+  const app = window.jupyterapp;
+  if (!app) return;
+  for (const widget of Array.from(app.shell.widgets("main"))) widget.dispose();
+  await app.serviceManager.sessions.shutdownAll();
+}
+"""
+
+
+@pytest.fixture(scope="session")
+def lab_page(browser, lab: LabServer) -> Iterator[LabPage]:
+    holder = LabPage(browser)
+    yield holder
+    holder.drop()
+
+
 @pytest.fixture
-def page(browser, lab: LabServer):
-    """A fresh page in which every request that leaves 127.0.0.1 is aborted (and recorded)."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    blocked: list[str] = []
-
-    def route(r) -> None:
-        host = urlparse(r.request.url).hostname
-        if r.request.url.startswith(("data:", "blob:")) or host == "127.0.0.1":
-            r.continue_()
-        else:
-            blocked.append(r.request.url)
-            r.abort()
-
-    context.route("**/*", route)
-    page = context.new_page()
-    page.blocked = blocked
-    try:
-        yield page
-    finally:
-        context.close()
+def page(lab_page: LabPage):
+    """The test process's JupyterLab page, with no document open; every request that leaves
+    127.0.0.1 is aborted and recorded in `page.blocked` (emptied for each test)."""
+    yield lab_page.get()
+    lab_page.close()
 
 
 RUN_JS = """
@@ -140,8 +187,10 @@ async ({path, stopTag}) => {
   const panel = await app.commands.execute("docmanager:open", {path});  // this notebook's tab
   app.shell.activateById(panel.id);
   await panel.context.ready;
+  await panel.revealed;
   await panel.sessionContext.ready;
   const notebook = panel.content;
+  while (notebook.widgets.length === 0) await new Promise((r) => setTimeout(r, 50));
   const tags = (cell) => cell.model.getMetadata("tags") || [];
   const stop = stopTag ? notebook.widgets.findIndex((cell) => tags(cell).includes(stopTag)) : -1;
   if (stop > 0) {
@@ -168,22 +217,13 @@ def run_notebook(page, lab: LabServer) -> Iterator:
     or those above the first cell tagged `stop_tag`, e.g. the timings); fail on an error output."""
 
     def run(name: str, stop_tag: str | None = None, timeout: float = 120) -> None:
-        page.goto(lab.url(f"lab/tree/{name}") + "&reset")  # a fresh workspace: no other tabs
-        page.wait_for_function(
-            "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
-            " && window.jupyterapp.shell.currentWidget.content"
-            " && window.jupyterapp.shell.currentWidget.content.widgets.length > 0",
-            timeout=timeout * 1000,
-        )
         page.set_default_timeout(timeout * 1000)
+        if not page.evaluate("() => Boolean(window.jupyterapp)"):  # the first test on this page
+            page.goto(lab.url("lab") + "&reset")  # a fresh workspace: no tabs
+            page.wait_for_function("() => window.jupyterapp")
+            page.evaluate("async () => { await window.jupyterapp.restored; }")
         errors = page.evaluate(RUN_JS, {"path": name, "stopTag": stop_tag})
         assert errors == [], f"{name}: cells raised {errors}"
         page.set_default_timeout(30_000)  # from here on each step is one small render
 
     yield run
-    # Each test's kernel holds a torch process: shut it down rather than keep one per test alive
-    # (and competing for the two cores) until the session ends.
-    try:
-        page.evaluate("() => window.jupyterapp?.serviceManager.sessions.shutdownAll()")
-    except Exception:  # noqa: BLE001  the page may already be gone after a failure
-        pass
