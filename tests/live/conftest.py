@@ -173,12 +173,24 @@ def lab_page(browser, lab: LabServer) -> Iterator[LabPage]:
     holder.drop()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    if report.when == "call" and report.failed:
+        item.failed_in_call = True  # see `page`: its JupyterLab page is not reused
+    return report
+
+
 @pytest.fixture
-def page(lab_page: LabPage):
+def page(lab_page: LabPage, request: pytest.FixtureRequest):
     """The test process's JupyterLab page, with no document open; every request that leaves
-    127.0.0.1 is aborted and recorded in `page.blocked` (emptied for each test)."""
+    127.0.0.1 is aborted and recorded in `page.blocked` (emptied for each test). After a failed
+    test the page is dropped: whatever state it failed in, the next test starts afresh."""
     yield lab_page.get()
-    lab_page.close()
+    if getattr(request.node, "failed_in_call", False):
+        lab_page.drop()
+    else:
+        lab_page.close()
 
 
 RUN_JS = """
