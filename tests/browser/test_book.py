@@ -868,7 +868,7 @@ def test_chinese_page(rel: str, browser, book_url: str, screenshot_dir: Path):
     `lang`, a CJK face, axe on the whole page (light theme) with every rule but
     SHARED_WITH_ENGLISH, and a phone's width. On the pages RENDERED_IN_FULL the maths is typeset
     and every widget renders and answers (its first control); on the others the two renderers are
-    served empty (a Chinese chapter took 11 s with them, 4 s without). Screenshots: the top of a
+    served empty (a Chinese chapter took 12 s with them, 5 s without). Screenshots: the top of a
     page rendered in full, and (Simplified) each diagram.
     """
     full = base(rel) in RENDERED_IN_FULL
