@@ -146,7 +146,6 @@ def run(smoke: bool = False, threads: int | None = None) -> Section:
     )
     # The first optimizer a process builds imports torch._dynamo (seconds): a one-off cost that
     # every notebook pays once, kept out of the training times below and reported apart.
-    first_optimizer = float("nan") if smoke else first_optimizer_seconds()  # a fresh process: 6 s
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])  # pay it here, not in the runs
     rows = []
     runs = {}
@@ -231,9 +230,9 @@ def run(smoke: bool = False, threads: int | None = None) -> Section:
         "One-off cost, not included above: the first optimizer a Python process builds "
         + (
             "imports torch._dynamo (not measured in a smoke run)."
-            if smoke
-            else f"takes {first_optimizer:.1f} s (measured in a fresh process: torch.optim "
-            "imports torch._dynamo on first use)."
+            if smoke  # the measurement starts a fresh Python process: 6 s
+            else f"takes {first_optimizer_seconds():.1f} s (measured in a fresh process: "
+            "torch.optim imports torch._dynamo on first use)."
         )
         + " A notebook that trains pays it once.",
         "",
