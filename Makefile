@@ -43,7 +43,7 @@ FIND_CHROMIUM = { if [ -n "$${CHROMIUM:-}" ]; then echo "$$CHROMIUM"; \
 	elif [ -x /usr/bin/chromium ]; then echo /usr/bin/chromium; \
 	else command -v chromium || command -v chromium-browser || true; fi; }
 
-.PHONY: help book assets test lint unit slow package nbval book-strict browser live chromium npm lab notebooks experiments \
+.PHONY: help book assets setup test lint unit slow package nbval book-strict browser live chromium npm lab notebooks experiments \
 	serve bench mutants constraints clean distclean
 
 help: ## this list
@@ -99,13 +99,19 @@ npm:
 	fi
 
 # The pinned front-end files (package-lock.json) the book serves itself: npm ci + copy to _assets/.
-$(ASSETS_STAMP): package.json package-lock.json tools/fetch_assets.py \
-		$(wildcard tools/assets/*) | $(VENV_STAMP)
+# fetch_assets.py needs only the standard library: it runs before .venv exists, or beside its
+# installation (`make setup`).
+$(ASSETS_STAMP): package.json package-lock.json tools/fetch_assets.py $(wildcard tools/assets/*)
 	@$(MAKE) npm
-	$(PY) tools/fetch_assets.py
+	$(PYTHON) tools/fetch_assets.py
 	@touch $@
 
 assets: $(ASSETS_STAMP) ## fetch the pinned front-end files (widgets, MathJax) into _assets/
+
+# Both are mostly downloads and unpacking, and neither needs the other: side by side, the npm
+# download no longer waits for the venv's.
+setup: ## create .venv and install, and fetch the front-end files, side by side
+	@$(MAKE) -j2 $(VENV_STAMP) $(ASSETS_STAMP)
 
 # --------------------------------------------------------------------------- the book
 
@@ -137,7 +143,7 @@ book-strict: $(VENV_STAMP) $(ASSETS_STAMP) ## a fresh build of every page, in ev
 
 # --------------------------------------------------------------------------- checks
 
-test: lint package nbval book-strict browser live ## everything CI checks (lint, package tests, nbval, strict build, browser, live widgets)
+test: setup lint package nbval book-strict browser live ## everything CI checks (lint, package tests, nbval, strict build, browser, live widgets)
 	@echo "make test: all checks passed. The book: $(CURDIR)/$(BUILD_HTML)/index.html"
 
 lint: $(VENV_STAMP) ## ruff check and ruff format --check
@@ -159,11 +165,16 @@ mutants: $(VENV_STAMP) ## plant bugs in the core modules and check the tests cat
 
 # One thread, as `make notebooks` executes them (tools/execute_notebooks.py): chapter 9 trains its
 # model in the notebook, and what it learns depends on the thread count (sums in another order).
+# One notebook per process, the longest first (chapter 9, a quarter of the total): started last,
+# it ran on alone at the end.
+NBVAL_FIRST := $(wildcard notebooks/09_*.ipynb)
 nbval: $(VENV_STAMP) ## every notebook re-run and compared with its saved outputs (nbval)
 	@if [ -z "$(NOTEBOOKS)" ]; then \
 		echo "nbval: notebooks/ has no notebook yet: nothing to validate."; \
 	else \
-		TRANSFORMER_COURSE_STATIC=1 OMP_NUM_THREADS=1 $(PY) -m pytest $(NBVAL_FLAGS) $(if $(XDIST),$(XDIST) --dist loadfile) notebooks/; \
+		TRANSFORMER_COURSE_STATIC=1 OMP_NUM_THREADS=1 $(PY) -m pytest $(NBVAL_FLAGS) \
+			$(if $(XDIST),$(XDIST) --dist loadfile --no-loadscope-reorder) \
+			$(NBVAL_FIRST) $(filter-out $(NBVAL_FIRST),$(NOTEBOOKS)); \
 	fi
 
 chromium:

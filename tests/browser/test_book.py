@@ -9,21 +9,27 @@ For every HTML page of _build/html (served on 127.0.0.1), in headless Chromium:
   another option; toggle buttons/radio: another choice; checkbox/toggle: click) changes the frame
   that is shown. The links run in the browser: there is no kernel;
 - at a phone's width (390 px) nothing is cut off and the page does not scroll sideways.
-A full-page screenshot of each English page goes to _build/screenshots/ (JPEG: a chapter is
-30,000 pixels tall, and encoding it as PNG took longer than the page's checks). One page is also
-opened from file:// (maths and a widget must work there too).
+Screenshots go to _build/screenshots/: the top of each English page, each widget as it first shows,
+each diagram in both themes (a full-page picture of a chapter, 36,000 pixels tall, took 4 to 6 s to
+draw). One page is also opened from file:// (maths and a widget must work there too).
 
 Accessibility: axe-core (pinned in package.json, injected from node_modules, so no request leaves
-the machine) checks every page against WCAG 2.0/2.1/2.2 A and AA and axe's best practices, once in
-the light theme and once in the dark one, after the maths and the widgets have rendered: named
-slider handles and controls, alt text on every figure, a name on every SVG, colour contrast of every
-text (code, captions, self-check verdicts, widget frames), landmarks, headings. No rule is switched
-off; a page passes with zero violations.
+the machine) checks every page against WCAG 2.0/2.1/2.2 A and AA and axe's best practices, after
+the maths and the widgets have rendered, and the colour rules (contrast, links told apart from their
+text) once in the light theme and once in the dark one: named slider handles and controls, alt text
+on every figure, a name on every SVG, colour contrast of every kind of text (code, captions,
+self-check verdicts, widget frames), landmarks, headings. No rule is switched off; a page passes
+with zero violations.
 
-Colour contrast depends only on a text's colour, its background, its size and weight, so each
-syntax-highlighting token style is checked once per page: before axe runs, repeated code tokens
-(same class, same computed style) are replaced by their text, which then takes the code block's own
-colour (checked too). A chapter has about 5,000 such tokens and they were most of axe's time.
+axe's time is spent where nothing can fail, so each run is given less of it, each step shown to
+change no outcome:
+- repeated syntax-highlighting tokens (same class, same computed style) are replaced by their text,
+  which then takes the code block's own colour (checked too): a chapter has about 5,000;
+- the formulas' drawings (MathJax's glyphs, hidden from assistive technology, where only one rule
+  applies and still checks the emptied box) are emptied, keeping their size and their MathML;
+- the colour rules check one text of each kind (same colours, size, weight, and the same elements
+  around it: contrast_sample), 359 of chapter 4's 2,502.
+Chapter 4's axe runs took 16 s; they take 7 (on a quiet machine).
 
 The architecture diagrams (inline SVG, see tools/book_ext.py) are checked on the same load: each is
 visible, named, text as text, with tensor shapes; a screenshot of each in both themes goes to
@@ -31,21 +37,26 @@ _build/screenshots/. The map's links are checked in the HTML and one real click 
 
 The Chinese editions (_build/html/zh-Hans/ and zh-Hant/, built by tools/i18n.py): a static test
 shows each Chinese page gives the browser its English page's widget state, formulas, scripts and
-stylesheets, so what test_page checks there holds for it. Each Chinese page gets one load that
-checks what the language changes (offline, no console error, diagrams, axe in the light theme with
+stylesheets, so what test_page checks there holds for it; another shows each Traditional page is
+its Simplified page with each run of Chinese characters replaced by a run of the same length, so
+the browser lays both out alike. Each Simplified page gets one load that checks what the language
+changes (offline, no console error, diagrams, axe in the light theme with
 every rule but the two whose outcome depends only on what the English page shares: colour contrast
 and landmarks, the phone's width); on each, `<html lang>` names the edition and a CJK face draws
-the text (not the empty boxes of a missing font). The maths is typeset and every widget renders
-and answers its first control on three pages of each edition (RENDERED_IN_FULL); the others are
-loaded with MathJax and the widget manager served empty. The language switcher opens the same
-page in the other edition, the search finds Chinese words, and a Chinese page's download is its
-notebook with the prose translated and the code cells exactly the English ones.
+the text (not the empty boxes of a missing font). Three Simplified pages (RENDERED_IN_FULL) get
+that load with the maths typeset and every widget rendering and answering its first control; the
+other Simplified pages are loaded with MathJax and the widget manager served empty. One
+Traditional page is loaded in full (TRADITIONAL_LOADED). The
+language switcher opens the same page in the other edition, the search finds Chinese words, and a
+Chinese page's download is its notebook with the prose translated and the code cells exactly the
+English ones.
 
 Run after `make book`; skipped only if the book has not been built.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 import time
 from dataclasses import dataclass, field
@@ -68,6 +79,7 @@ if not (BUILD / "index.html").is_file():
 AXE = BUILD.parents[1] / "node_modules" / "axe-core" / "axe.min.js"
 # Every WCAG 2.x A/AA rule and axe's best practices; "experimental" rules are left to axe's authors.
 AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa", "best-practice"]
+DESKTOP = {"width": 1280, "height": 900}
 RENDER_TIMEOUT_MS = 30_000
 CHANGE_TIMEOUT_S = 5.0
 WIDGET_VIEW = 'script[type="application/vnd.jupyter.widget-view+json"]'
@@ -77,6 +89,9 @@ SHOWN = (
     ".widget-html-content, .widget-htmlmath-content, img.widget-image, .widget-output, "
     ".widget-label-basic, .widget-valid"
 )
+# What typesets the maths and draws the widgets: served empty where a test looks at neither (a
+# chapter's maths and widgets take seconds to render).
+RENDERERS = ("/_static/vendor/mathjax/", "/_static/vendor/html-manager/")
 SKIP_DIRS = {"_static", "_sources", "_images", "_sphinx_design_static"}
 DIAGRAM = ".tc-diagram svg"
 # page -> how many diagrams it shows (the map, and each chapter's own diagram); others show none
@@ -193,7 +208,7 @@ class Probe:
 def open_page(browser, url: str, local_prefixes: tuple[str, ...], stubs: tuple[str, ...] = ()):
     """A fresh context + page with every request routed through a Probe (the scripts whose URL
     contains one of `stubs` served empty); returns (page, probe)."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport=DESKTOP)
     probe = Probe(local_prefixes, stubs)
     context.route("**/*", probe.route)
     page = context.new_page()
@@ -371,18 +386,21 @@ def axe_source() -> str:
 
 def axe_violations(
     page,
-    rules: list[str] | None = None,
+    rules: tuple[str, ...] | None = None,
     exclude: tuple[str, ...] = (),
     skip: tuple[str, ...] = (),
+    sample: bool = False,
 ) -> list[str]:
     """Run axe-core on the page as it is now (all of AXE_TAGS but the rules `skip`, or only
-    `rules`), leaving out the elements that match the CSS selectors `exclude`; one line per violated
+    `rules`), leaving out the elements that match the CSS selectors `exclude`, and with `sample`
+    only the elements contrast_sample marked (and what is inside them); one line per violated
     rule, with a few examples."""
     if not page.evaluate("() => typeof window.axe === 'object'"):
         page.add_script_tag(content=axe_source())  # inline: no request
     found = page.evaluate(
-        """async ([tags, rules, exclude, skip]) => {
-            const context = exclude.length ? {exclude: exclude.map((s) => [s])} : document;
+        """async ([tags, rules, exclude, skip, sample]) => {
+            const context = {exclude: exclude.map((s) => [s])};
+            if (sample) context.include = window.__contrastSample;
             const result = await axe.run(context, {
                 runOnly: rules ? {type: "rule", values: rules} : {type: "tag", values: tags},
                 rules: Object.fromEntries(skip.map((id) => [id, {enabled: false}])),
@@ -399,13 +417,110 @@ def axe_violations(
                     n.target.join(" ") + " :: " + n.failureSummary.replace(/\\s+/g, " ")),
             }));
         }""",
-        [AXE_TAGS, rules, list(exclude), list(skip)],
+        [AXE_TAGS, rules and list(rules), list(exclude), list(skip), sample],
     )
     return [
         f"{v['id']} ({v['impact']}, {v['count']} elements): {v['help']}; e.g. "
         + " | ".join(v["examples"])
         for v in found
     ]
+
+
+# The rules whose outcome depends on the theme's colours.
+CONTRAST = ("color-contrast", "link-in-text-block")
+
+
+def hide_formula_glyphs(page) -> int:
+    """Empty the drawing of every typeset formula (MathJax's glyphs: `mjx-math`, hidden from
+    assistive technology), keeping its box, same size, same place, so the text around it is laid
+    out as before; the formula's MathML for screen readers stays. Returns how many were emptied.
+
+    Of axe's rules only aria-hidden-focus applies to the glyphs (checked on chapter 4: passes on
+    each formula, every other rule inapplicable), and it still checks each emptied box; a formula
+    with a link or a focusable element in its drawing is left as it is. Yet every run of axe lays
+    out and stacks those elements (chapter 4: 3,467 of 9,456), doubling its time. For axe only,
+    after every other check of the page: the formulas are blank after it.
+    """
+    return page.evaluate(
+        """() => {
+            const glyphs = Array.from(document.querySelectorAll("mjx-container > mjx-math"))
+                .filter((m) => !m.querySelector("a, button, input, select, textarea, [tabindex]"));
+            // Every box is read before the first change (a read after one re-lays the page out).
+            const boxes = glyphs.map((m) => [m.getBoundingClientRect(),
+                getComputedStyle(m).display]);
+            glyphs.forEach((m, i) => {
+                const [box, display] = boxes[i];
+                if (display === "inline") m.style.display = "inline-block";
+                m.style.width = box.width + "px";
+                m.style.height = box.height + "px";
+                m.replaceChildren();
+            });
+            return glyphs.length;
+        }"""
+    )
+
+
+def contrast_sample(page) -> tuple[int, int]:
+    """Mark one element of each kind of text for axe's colour rules; returns (marked, texts).
+
+    What those rules compute for a text is a function of its own colour, size, weight, shadow and
+    decoration, and of the colours, backgrounds, opacity, stacking and clipping of the elements it
+    sits in (a link: also its paragraph's colour). Texts alike in all of these, and in the tag and
+    class of every element they sit in, get the same result, so one of each kind is checked:
+    chapter 4 has 2,502 texts (with its formulas' MathML) of 359 kinds. A text the browser does not
+    draw (no box, or clipped away by a box it sits in) is never alike a drawn one, so a hidden text
+    cannot stand for a visible one. The marked elements are `window.__contrastSample`.
+    """
+    return page.evaluate(
+        """() => {
+            const texts = Array.from(document.body.querySelectorAll("*")).filter((el) =>
+                Array.from(el.childNodes).some((n) => n.nodeType === 3 && n.textContent.trim()));
+            const own = (el) => {
+                const s = getComputedStyle(el);
+                return [s.color, s.fontSize, s.fontWeight, s.fontStyle, s.textShadow,
+                    s.textDecorationLine, s.textDecorationColor, s.textDecorationStyle,
+                    s.webkitTextStrokeWidth, s.webkitTextStrokeColor, s.visibility, s.opacity,
+                    s.display].join(",");
+            };
+            const around = new Map();  // an element's own part of the key of what sits in it
+            const part = (el) => {
+                if (!around.has(el)) {
+                    const s = getComputedStyle(el);
+                    around.set(el, [el.tagName, el.className && String(el.className), s.color,
+                        s.backgroundColor, s.backgroundImage, s.opacity, s.position, s.zIndex,
+                        s.mixBlendMode, s.filter, s.overflowX, s.overflowY, s.visibility,
+                        s.display].join(","));
+                }
+                return around.get(el);
+            };
+            const drawn = (el) => {
+                const box = el.getBoundingClientRect();
+                if (!box.width || !box.height) return false;
+                for (let p = el.parentElement; p; p = p.parentElement) {
+                    const s = getComputedStyle(p);
+                    if (s.overflowX === "visible" && s.overflowY === "visible") continue;
+                    const clip = p.getBoundingClientRect();
+                    if (box.right <= clip.left || box.left >= clip.right
+                        || box.bottom <= clip.top || box.top >= clip.bottom) return false;
+                }
+                return true;
+            };
+            const seen = new Set();
+            const sample = [];
+            for (const el of texts) {
+                const chain = [];
+                for (let p = el.parentElement; p; p = p.parentElement) chain.push(part(p));
+                const key = [el.tagName, el.className && String(el.className), own(el),
+                    drawn(el), chain.join(";")].join("|");
+                if (!seen.has(key)) {
+                    seen.add(key);
+                    sample.push(el);
+                }
+            }
+            window.__contrastSample = sample;
+            return [sample.length, texts.length];
+        }"""
+    )
 
 
 def set_theme(page, mode: str) -> None:
@@ -468,6 +583,16 @@ def check_diagrams(page, rel: str) -> None:
 def shot_stem(rel: str) -> str:
     """A page's screenshot name: its path with the folders joined by "__"."""
     return rel.removesuffix(".html").replace("/", "__")
+
+
+def screenshot_page(page, rel: str, screenshot_dir: Path) -> None:
+    """The top of the page as a reader first sees it, and each widget as it first shows (a
+    full-page picture of a chapter, 36,000 pixels tall, took 4 to 6 s to draw: longer than the
+    page's checks)."""
+    stem = shot_stem(rel)
+    page.screenshot(path=str(screenshot_dir / f"{stem}.jpg"), type="jpeg", quality=85)
+    for i, widget in enumerate(page.locator(".widget-subarea").all()):
+        widget.screenshot(path=str(screenshot_dir / f"widget__{stem}__{i}.png"))
 
 
 def screenshot_diagrams(page, rel: str, mode: str, screenshot_dir: Path) -> None:
@@ -571,7 +696,7 @@ def test_map_links_reach_their_chapters():
 
 def test_a_click_on_the_map_navigates(browser, book_url: str):
     """A real click on a block of the map follows its link (an <img> would swallow it)."""
-    page, probe = open_page(browser, book_url + "book/intro.html", (book_url,))
+    page, probe = open_page(browser, book_url + "book/intro.html", (book_url,), RENDERERS)
     try:
         page.locator(f'{DIAGRAM} a[data-doc="notebooks/04_multi_head_attention"]').click()
         page.wait_for_url("**/notebooks/04_multi_head_attention.html")
@@ -611,8 +736,9 @@ def check_language(page, rel: str) -> None:
 @pytest.mark.parametrize("rel", ENGLISH)
 def test_page(rel: str, browser, book_url: str, screenshot_dir: Path):
     """One load per page: it renders offline (maths, widgets) with no console error and no
-    non-local request; axe-core finds no WCAG 2.x A/AA or best-practice violation in the light and
-    the dark theme; every widget answers its controls; and it fits a phone's width."""
+    non-local request; every widget answers its controls; axe-core finds no WCAG 2.x A/AA or
+    best-practice violation (the colour rules in the light and the dark theme); and it fits a
+    phone's width."""
     page, probe = open_page(browser, book_url + rel, (book_url,))
     try:
         n_widgets = wait_for_widgets(page, rel, probe)
@@ -621,22 +747,21 @@ def test_page(rel: str, browser, book_url: str, screenshot_dir: Path):
             assert page.locator("mjx-container").count() > 0, f"{rel}: maths not rendered"
         check_diagrams(page, rel)
         check_language(page, rel)
-        shot = screenshot_dir / f"{shot_stem(rel)}.jpg"
-        page.screenshot(path=str(shot), full_page=True, type="jpeg", quality=80)
+        screenshot_page(page, rel, screenshot_dir)
         failures = exercise_widgets(page, rel) if n_widgets else []
         collapse_repeated_code_tokens(page)
         set_theme(page, "light")
         screenshot_diagrams(page, rel, "light", screenshot_dir)
-        report = {"light": axe_violations(page)}
-        # The theme changes colours only: in the dark one, the colour rules are what can change.
-        # MathJax's glyphs take the text colour of their paragraph, which the rules check there.
-        set_theme(page, "dark")
-        screenshot_diagrams(page, rel, "dark", screenshot_dir)
-        report["dark"] = axe_violations(
-            page, ["color-contrast", "link-in-text-block"], exclude=("mjx-container",)
-        )
-        set_theme(page, "light")
         failures += check_phone(page, rel, screenshot_dir)
+        resize(page, DESKTOP)
+        hide_formula_glyphs(page)
+        report = {"light": axe_violations(page, skip=CONTRAST), "dark": []}
+        # The theme changes colours only: in the dark one, the colour rules are what can change.
+        for mode in ("light", "dark"):
+            set_theme(page, mode)
+            contrast_sample(page)
+            report[mode] += axe_violations(page, CONTRAST, sample=True)
+        screenshot_diagrams(page, rel, "dark", screenshot_dir)
         page.wait_for_timeout(200)  # let late console messages and requests arrive
     finally:
         page.context.close()
@@ -681,7 +806,63 @@ def test_the_accessibility_check_can_fail(browser):
     assert skipping == found - {"color-contrast"}, f"skipping colour contrast: {sorted(skipping)}"
 
 
+def violation_counts(lines: list[str]) -> dict[str, int]:
+    """{rule: elements} from axe_violations' lines."""
+    counts = {}
+    for line in lines:
+        rule, count = re.match(r"(\S+) \(\w+, (\d+) elements\)", line).groups()
+        counts[rule] = int(count)
+    return counts
+
+
+def test_the_contrast_sample_keeps_every_kind_of_text(browser):
+    """The colour rules run on one text of each kind (contrast_sample): on a page of many alike
+    texts and a few planted faults, each fault is still found, and each is found once however many
+    copies it has. A fault hides in nothing it is alike: a text too light for its own colour, one
+    on a darker box, a link that matches its paragraph's colour, a visible text after a clipped one
+    of the same style, a formula's box left where it was."""
+    context = browser.new_context(viewport=DESKTOP)
+    page = context.new_page()
+    try:
+        page.set_content(
+            """<!doctype html><html lang="en"><head><title>sample</title></head><body><main>
+            <h1>Sample</h1>"""
+            + "<p>Plain text that passes.</p>" * 40
+            + """<p style="color:#aaa">Too light, three copies.</p>
+            <p style="color:#aaa">Too light, three copies.</p>
+            <p style="color:#aaa">Too light, three copies.</p>
+            <div style="background:#555"><p>Black on a dark box.</p></div>
+            <p style="color:#000">Black text, <a href="#a" style="text-decoration:none;
+              color:#d00">a red link</a> that stands out.</p>
+            <p style="color:#c00">Red text, <a href="#b" style="text-decoration:none;
+              color:#d00">a red link</a> that does not.</p>
+            <div id="clip" style="height:20px;overflow:hidden">
+              <p style="color:#999;margin:0;height:20px">Grey, clipped away.</p>
+              <p style="color:#999;margin:0;height:20px">Grey, drawn.</p>
+            </div>
+            </main></body></html>"""
+        )
+        page.evaluate("() => { document.getElementById('clip').scrollTop = 20; }")
+        page.add_script_tag(content=axe_source())
+        everything = violation_counts(axe_violations(page, CONTRAST))
+        marked, texts = contrast_sample(page)
+        sampled = violation_counts(axe_violations(page, CONTRAST, sample=True))
+    finally:
+        context.close()
+    assert marked < texts / 4, (marked, texts)
+    # Every element: the three copies, the dark box, the grey text (the clipped one is not drawn).
+    assert everything == {"color-contrast": 5, "link-in-text-block": 1}, everything
+    assert sampled == {"color-contrast": 3, "link-in-text-block": 1}, sampled
+
+
 PHONE = {"width": 390, "height": 844}
+
+
+def resize(page, viewport: dict[str, int]) -> None:
+    """Resize the viewport and wait two frames: the resize handlers (the theme's, the widgets')
+    have run and the layout has settled."""
+    page.set_viewport_size(viewport)
+    page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
 
 
 def check_phone(page, rel: str, screenshot_dir: Path) -> list[str]:
@@ -691,9 +872,7 @@ def check_phone(page, rel: str, screenshot_dir: Path) -> list[str]:
     the viewport is narrowed, as a phone held upright would show it, and the page reflows (the
     same results as a fresh load in Chromium's phone emulation, on every page compared, for one
     load less). Returns the problems found (empty if none)."""
-    page.set_viewport_size(PHONE)
-    # Two frames: the resize handlers (the theme's, the widgets') have run and the layout settled.
-    page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    resize(page, PHONE)
     found = page.evaluate(
         """() => {
             const width = document.documentElement.clientWidth;
@@ -745,7 +924,7 @@ def check_phone(page, rel: str, screenshot_dir: Path) -> list[str]:
 def test_the_phone_check_can_fail(browser, screenshot_dir: Path):
     """The phone check is not vacuous: an element wider than the phone is reported, one inside a
     scrolling box is not."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport=DESKTOP)
     page = context.new_page()
     try:
         page.set_content(
@@ -794,7 +973,7 @@ def test_search_finds_the_chapters(browser, book_url: str):
     """The book's own search (no server side): searching "attention" lists chapter pages."""
     if "search.html" not in PAGES:
         pytest.skip("the book has no search page")
-    page, probe = open_page(browser, book_url + "search.html?q=attention", (book_url,))
+    page, probe = open_page(browser, book_url + "search.html?q=attention", (book_url,), RENDERERS)
     try:
         # Results appear one by one; the summary line says when the search has finished.
         page.locator("#search-results .search-summary", has_text="found").wait_for(
@@ -816,10 +995,9 @@ def test_search_finds_the_chapters(browser, book_url: str):
 # text's colours, size and weight, and the landmarks (`region`) are the theme's; test_page checks
 # both on the English pages. Together they were 60% of axe's time on a Chinese chapter.
 SHARED_WITH_ENGLISH = ("color-contrast", "region")
-# What typesets the maths and draws the widgets. On a Chinese page they run on the English page's
-# bytes (test_chinese_pages_carry_the_english_payload), so they are run in full on these pages of
-# each edition and served empty on the others.
-RENDERERS = ("/_static/vendor/mathjax/", "/_static/vendor/html-manager/")
+# On a Chinese page the renderers run on the English page's bytes
+# (test_chinese_pages_carry_the_english_payload), so they are run in full on these Simplified
+# pages (and TRADITIONAL_LOADED) and served empty on the others.
 RENDERED_IN_FULL = (
     "book/intro.html",
     "notebooks/01_attention.html",
@@ -868,10 +1046,77 @@ def test_chinese_pages_carry_the_english_payload():
     assert payload("notebooks/05_positional_encoding.html")["formulas"]
 
 
-@pytest.mark.parametrize("rel", SIMPLIFIED + TRADITIONAL)
+# A run of Chinese characters (CJK ideographs and full-width punctuation and forms).
+CJK_RUN = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef]+")
+# The Traditional page test_chinese_page loads (the others: the skeleton test below).
+TRADITIONAL_LOADED = "zh-Hant/book/intro.html"
+# Pages whose entries are sorted by their own characters: the same lines in another order.
+SORTED_BY_TERM = ("book/glossary.html", "genindex.html")
+
+
+def skeleton(html: str) -> list[str]:
+    """A Chinese page's lines with each run of Chinese characters written as its length, and what
+    names the edition set aside: the edition's name (lang, the alternate page, the switcher's
+    current link), its assets' versions (hashes of its own files) and the tooltips' text."""
+    html = CJK_RUN.sub(lambda run: f"<{len(run.group())} CJK>", html)
+    html = re.sub(r"zh-Han[st]", "zh", html)
+    html = html.replace(' aria-current="page"', "")
+    html = re.sub(r"\?v=[0-9a-f]+", "", html)
+    html = re.sub(r' title="[^"]*"', ' title=""', html)
+    return html.splitlines()
+
+
+def test_traditional_pages_are_the_simplified_pages_in_other_characters():
+    """Each Traditional page is its Simplified page with every run of Chinese characters replaced
+    by a run of the same length, in the same place; only the edition's name, its assets' versions
+    and the tooltips' text differ (the glossary and the index: the same lines, in their own
+    characters' order). Full-width characters all take one em, so the browser lays both out the
+    same, element for element, and runs the same scripts: what test_chinese_page finds on a
+    Simplified page (axe, the phone's width, the diagrams, the maths and widgets) holds for the
+    Traditional one. One Traditional page is loaded itself (TRADITIONAL_LOADED): its own
+    characters drawn by a CJK face, its maths and widgets rendered."""
+    different = []
+    for rel in TRADITIONAL:
+        simplified, traditional = (
+            page_source(rel.replace("zh-Hant/", "zh-Hans/", 1)),
+            page_source(rel),
+        )
+        assert '<html lang="zh-Hant"' in traditional, f"{rel}: not marked as Traditional"
+        assert simplified != traditional, f"{rel}: the same bytes as the Simplified page"
+        a, b = skeleton(simplified), skeleton(traditional)
+        if base(rel) in SORTED_BY_TERM:
+            a, b = sorted(a), sorted(b)
+        if a != b:
+            diff = list(difflib.unified_diff(a, b, n=0, lineterm=""))[2:]
+            first = [line[:160] for line in diff if not line.startswith("@@")][:2]
+            different.append(f"{rel}: {first}")
+    assert not different, different
+    page = page_source("zh-Hant/notebooks/05_positional_encoding.html")
+    assert len(CJK_RUN.findall(page)) > 200  # the prose is Chinese
+
+
+def test_the_skeleton_tells_a_changed_page():
+    """The comparison is not vacuous: another element, class, attribute or Latin word, or a run of
+    Chinese characters one longer, changes a page's skeleton; the characters themselves do not."""
+    page = '<html lang="zh-Hans"><p class="a">注意力机制 (attention)</p></html>'
+    same = '<html lang="zh-Hant"><p class="a">注意力機制 (attention)</p></html>'
+    assert skeleton(page) == skeleton(same)
+    for changed in (
+        '<html lang="zh-Hant"><p class="b">注意力機制 (attention)</p></html>',
+        '<html lang="zh-Hant"><p class="a" hidden>注意力機制 (attention)</p></html>',
+        '<html lang="zh-Hant"><div class="a">注意力機制 (attention)</div></html>',
+        '<html lang="zh-Hant"><p class="a">注意力機制 (heads)</p></html>',
+        '<html lang="zh-Hant"><p class="a">注意力機制機 (attention)</p></html>',
+    ):
+        assert skeleton(page) != skeleton(changed), changed
+
+
+@pytest.mark.parametrize("rel", SIMPLIFIED + [TRADITIONAL_LOADED])
 def test_chinese_page(rel: str, browser, book_url: str, screenshot_dir: Path):
     """A Chinese page differs from its English one only in its prose (see the payload test above),
-    so one load checks what the language changes: offline with no console error, diagrams named,
+    a Traditional page from its Simplified one only in its characters (see the skeleton test
+    above): each Simplified page, and TRADITIONAL_LOADED, get one load that
+    checks what the language changes: offline with no console error, diagrams named,
     `lang`, a CJK face, axe on the whole page (light theme) with every rule but
     SHARED_WITH_ENGLISH, and a phone's width. On the pages RENDERED_IN_FULL the maths is typeset
     and every widget renders and answers (its first control); on the others the two renderers are
@@ -901,9 +1146,11 @@ def test_chinese_page(rel: str, browser, book_url: str, screenshot_dir: Path):
                 done = move(*found[0])
                 if not wait_for_change(root, before):
                     failures.append(f"widget {number}: {done}, but the shown frame did not change")
-        collapse_repeated_code_tokens(page)
-        violations = axe_violations(page, skip=SHARED_WITH_ENGLISH)
         failures += check_phone(page, rel, screenshot_dir)
+        resize(page, DESKTOP)
+        collapse_repeated_code_tokens(page)
+        hide_formula_glyphs(page)
+        violations = axe_violations(page, skip=SHARED_WITH_ENGLISH)
         page.wait_for_timeout(200)
     finally:
         page.context.close()
@@ -914,7 +1161,7 @@ def test_chinese_page(rel: str, browser, book_url: str, screenshot_dir: Path):
 
 def test_the_switcher_opens_the_same_page(browser, book_url: str):
     """English -> 简体中文 -> 繁體中文 -> English, by clicking the switcher, stays on the page."""
-    page, probe = open_page(browser, book_url + "book/notation.html", (book_url,))
+    page, probe = open_page(browser, book_url + "book/notation.html", (book_url,), RENDERERS)
     try:
         for name, expected in (
             ("简体中文", "zh-Hans/book/notation.html"),
@@ -943,7 +1190,7 @@ def test_the_switcher_opens_the_same_page(browser, book_url: str):
 def test_search_finds_chinese_words(folder: str, query: str, chapter: str, browser, book_url: str):
     """Each edition's own search index (Sphinx's Chinese splitter, jieba) finds its chapter."""
     url = f"{book_url}{folder}/search.html?q={query}"
-    page, probe = open_page(browser, url, (book_url,))
+    page, probe = open_page(browser, url, (book_url,), RENDERERS)
     try:
         page.locator("#search-results .search-summary").wait_for(timeout=RENDER_TIMEOUT_MS)
         page.wait_for_function(
