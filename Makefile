@@ -165,16 +165,11 @@ mutants: $(VENV_STAMP) ## plant bugs in the core modules and check the tests cat
 
 # One thread, as `make notebooks` executes them (tools/execute_notebooks.py): chapter 9 trains its
 # model in the notebook, and what it learns depends on the thread count (sums in another order).
-# One notebook per process, the longest first (chapter 9, a quarter of the total): started last,
-# it ran on alone at the end.
-NBVAL_FIRST := $(wildcard notebooks/09_*.ipynb)
 nbval: $(VENV_STAMP) ## every notebook re-run and compared with its saved outputs (nbval)
 	@if [ -z "$(NOTEBOOKS)" ]; then \
 		echo "nbval: notebooks/ has no notebook yet: nothing to validate."; \
 	else \
-		TRANSFORMER_COURSE_STATIC=1 OMP_NUM_THREADS=1 $(PY) -m pytest $(NBVAL_FLAGS) \
-			$(if $(XDIST),$(XDIST) --dist loadfile --no-loadscope-reorder) \
-			$(NBVAL_FIRST) $(filter-out $(NBVAL_FIRST),$(NOTEBOOKS)); \
+		TRANSFORMER_COURSE_STATIC=1 OMP_NUM_THREADS=1 $(PY) -m pytest $(NBVAL_FLAGS) $(if $(XDIST),$(XDIST) --dist loadfile) notebooks/; \
 	fi
 
 chromium:
