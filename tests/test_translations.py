@@ -184,3 +184,29 @@ def test_the_fast_chinese_search_indexes_as_sphinx_does():
     assert [ours.stem(word) for word in words] == stems
     assert "being" in stems and "be" not in stems  # the seen-word rule applied, so it is compared
     assert isinstance(ours.latin_terms, book_ext._LatinTerms)
+
+
+def test_myst_documents_get_their_own_copy_of_the_default_settings():
+    """tools/book_ext.py makes docutils' default settings once per parser class for MyST's
+    make_document: each document still gets settings equal to freshly made ones, and its own copy
+    (a change to one document's settings leaves the next document's as they were)."""
+    import book_ext
+    from docutils.frontend import get_default_settings
+    from docutils.parsers.rst import Parser
+    from myst_parser.mdit_to_docutils import base
+
+    def values(settings) -> dict:
+        found = dict(vars(settings))
+        found["record_dependencies"] = found["record_dependencies"].list  # compared by identity
+        return found
+
+    book_ext._default_settings_once()
+    fresh = get_default_settings(Parser)
+    first, second = base.make_document(), base.make_document("x.md", Parser)
+    assert values(first.settings) == values(fresh) == values(second.settings)
+    assert second["source"] == "x.md"
+    first.settings.report_level = 99
+    first.settings.record_dependencies.add("changed.md")
+    after = base.make_document().settings
+    assert after.report_level == fresh.report_level
+    assert after.record_dependencies.list == []
