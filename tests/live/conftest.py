@@ -194,7 +194,7 @@ def page(lab_page: LabPage, request: pytest.FixtureRequest):
 
 
 RUN_JS = """
-async ({path, stopTag}) => {
+async ({path}) => {
   const app = window.jupyterapp;
   const panel = await app.commands.execute("docmanager:open", {path});  // this notebook's tab
   app.shell.activateById(panel.id);
@@ -203,14 +203,7 @@ async ({path, stopTag}) => {
   await panel.sessionContext.ready;
   const notebook = panel.content;
   while (notebook.widgets.length === 0) await new Promise((r) => setTimeout(r, 50));
-  const tags = (cell) => cell.model.getMetadata("tags") || [];
-  const stop = stopTag ? notebook.widgets.findIndex((cell) => tags(cell).includes(stopTag)) : -1;
-  if (stop > 0) {
-    notebook.activeCellIndex = stop;
-    await app.commands.execute("notebook:run-all-above");
-  } else {
-    await app.commands.execute("notebook:run-all-cells");
-  }
+  await app.commands.execute("notebook:run-all-cells");
   const errors = [];
   for (const cell of notebook.widgets) {
     if (cell.model.type !== "code") continue;
@@ -225,16 +218,16 @@ async ({path, stopTag}) => {
 
 @pytest.fixture
 def run_notebook(page, lab: LabServer) -> Iterator:
-    """`run_notebook(name, stop_tag=None)`: open notebooks/<name> in Lab and run its cells (all,
-    or those above the first cell tagged `stop_tag`, e.g. the timings); fail on an error output."""
+    """`run_notebook(name)`: open notebooks/<name> in Lab and run all its cells; fail on an error
+    output."""
 
-    def run(name: str, stop_tag: str | None = None, timeout: float = 120) -> None:
+    def run(name: str, timeout: float = 120) -> None:
         page.set_default_timeout(timeout * 1000)
         if not page.evaluate("() => Boolean(window.jupyterapp)"):  # the first test on this page
             page.goto(lab.url("lab") + "&reset")  # a fresh workspace: no tabs
             page.wait_for_function("() => window.jupyterapp")
             page.evaluate("async () => { await window.jupyterapp.restored; }")
-        errors = page.evaluate(RUN_JS, {"path": name, "stopTag": stop_tag})
+        errors = page.evaluate(RUN_JS, {"path": name})
         assert errors == [], f"{name}: cells raised {errors}"
         page.set_default_timeout(30_000)  # from here on each step is one small render
 

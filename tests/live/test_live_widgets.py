@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import nbformat
 import pytest
-from livepage import picture, wait_picture, widget_area
+from livepage import chapter_notebook, picture, wait_picture, widget_area
 from playwright.sync_api import expect
 
 DEMO = """\
@@ -89,16 +89,29 @@ def test_demo_explorer_is_live_moves_between_frames_and_reads_typed_input(
     assert page.blocked == []  # nothing tried to leave 127.0.0.1
 
 
-def test_chapter_1_explorers_follow_a_typed_query_and_scales_between_frames(page, run_notebook):
-    """Chapter 1 in a reader's kernel: every cell above the timings runs, then each of its three
-    explorers is driven off its precomputed frames: the tiny example takes a typed query and a
-    scale between frames, the attention and saturation explorers a scale between frames."""
+# Chapter 1's cells the explorers need: setup(), the imports (`ch`), the three explorers. The
+# cells between them print and plot the worked example, which the explorers compute for themselves.
+CH01_CELLS = ("setup", "imports", "tiny-widget", "explorer", "saturation-widget")
+
+
+@pytest.fixture
+def ch01_notebook(lab) -> str:
+    explorers = ("ch.tiny_explorer(", "ch.attention_explorer(", "ch.saturation_explorer(")
+    return chapter_notebook(lab, "01_attention.ipynb", CH01_CELLS, *explorers)
+
+
+def test_chapter_1_explorers_follow_a_typed_query_and_scales_between_frames(
+    page, run_notebook, ch01_notebook
+):
+    """Chapter 1's explorers in a reader's kernel (its cells that build them, by id), each driven
+    off its precomputed frames: the tiny example takes a typed query and a scale between frames,
+    the attention and saturation explorers a scale between frames."""
     import torch
 
     from transformer_course.chapters import ch01_attention as ch
     from transformer_course.examples import projections, token_vectors
 
-    run_notebook("01_attention.ipynb", stop_tag="nbval-ignore-output")  # the timings: not needed
+    run_notebook(ch01_notebook)
     area = widget_area(page, "The tiny example, step by step")
     wait_picture(area, "output o = (5.77, 4.23)")  # q = (2, 1), s = 1: the cells' numbers
 
