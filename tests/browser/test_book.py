@@ -431,10 +431,11 @@ def axe_violations(
 CONTRAST = ("color-contrast", "link-in-text-block")
 
 
-def hide_formula_glyphs(page) -> int:
+def hide_formula_glyphs(page) -> tuple[int, int]:
     """Empty the drawing of every typeset formula (MathJax's glyphs: `mjx-math`, hidden from
-    assistive technology), keeping its box, same size, same place, so the text around it is laid
-    out as before; the formula's MathML for screen readers stays. Returns how many were emptied.
+    assistive technology), keeping its box: same size, same place, on the same baseline; the
+    formula's MathML for screen readers stays. Returns (formulas emptied, blocks and formulas
+    that moved): the text's blocks, the outputs and the formulas are measured before and after.
 
     Of axe's rules only aria-hidden-focus applies to the glyphs (checked on chapter 4: passes on
     each formula, every other rule inapplicable), and it still checks each emptied box; a formula
@@ -444,19 +445,36 @@ def hide_formula_glyphs(page) -> int:
     """
     return page.evaluate(
         """() => {
+            const blocks = Array.from(document.querySelectorAll(
+                "article p, article li, article h2, article h3, .cell_output, mjx-container"));
+            const where = () => blocks.map((b) => JSON.stringify(b.getBoundingClientRect()));
+            const before = where();
             const glyphs = Array.from(document.querySelectorAll("mjx-container > mjx-math"))
                 .filter((m) => !m.querySelector("a, button, input, select, textarea, [tabindex]"));
-            // Every box is read before the first change (a read after one re-lays the page out).
-            const boxes = glyphs.map((m) => [m.getBoundingClientRect(),
-                getComputedStyle(m).display]);
+            // An empty inline box sits on the baseline: a mark after each drawing says where the
+            // baseline is, so the empty box can hang below it as deep as the drawing did.
+            const marks = glyphs.map((m) => {
+                const mark = document.createElement("span");
+                mark.style.cssText = "display: inline-block; width: 0; height: 0";
+                m.after(mark);
+                return mark;
+            });
+            // Every box is read before the next change (a read after one re-lays the page out).
+            const boxes = glyphs.map((m, i) => [m.getBoundingClientRect(),
+                getComputedStyle(m).display, marks[i].getBoundingClientRect().bottom]);
             glyphs.forEach((m, i) => {
-                const [box, display] = boxes[i];
-                if (display === "inline") m.style.display = "inline-block";
+                const [box, display, baseline] = boxes[i];
+                if (display.startsWith("inline")) {
+                    m.style.display = "inline-block";
+                    m.style.verticalAlign = (baseline - box.bottom) + "px";
+                }
                 m.style.width = box.width + "px";
                 m.style.height = box.height + "px";
                 m.replaceChildren();
+                marks[i].remove();
             });
-            return glyphs.length;
+            const after = where();
+            return [glyphs.length, before.filter((b, i) => b !== after[i]).length];
         }"""
     )
 
@@ -769,7 +787,8 @@ def test_page(rel: str, browser, book_url: str, screenshot_dir: Path):
         screenshot_diagrams(page, rel, "light", screenshot_dir)
         failures += check_phone(page, rel, screenshot_dir)
         resize(page, DESKTOP)
-        hide_formula_glyphs(page)
+        _, moved = hide_formula_glyphs(page)
+        assert moved == 0, f"{rel}: emptying the formulas moved {moved} blocks"
         report = {"light": axe_violations(page, skip=CONTRAST), "dark": []}
         drop_formula_speech(page)
         # The theme changes colours only: in the dark one, the colour rules are what can change.
@@ -831,12 +850,43 @@ def violation_counts(lines: list[str]) -> dict[str, int]:
     return counts
 
 
+def test_emptied_formulas_keep_their_place(browser):
+    """hide_formula_glyphs empties a formula's drawing (inline, on its baseline, and displayed)
+    and nothing around it moves; a drawing holding a link is left whole; a move is reported."""
+    context = browser.new_context(viewport=DESKTOP)
+    page = context.new_page()
+    # As MathJax draws: an inline-block of glyphs, deeper than the text (a subscript).
+    drawing = """<mjx-math aria-hidden="true" style="display: inline-block; white-space: nowrap;
+        font-size: 20px">x<sub style="font-size: 14px">ij</sub></mjx-math>"""
+    page_html = f"""<!doctype html><html lang="en"><body><article style="width: 300px">
+        <p>Before <mjx-container>{drawing}</mjx-container> after, and a line long enough to
+        wrap, <span id="inline">here</span>.</p>
+        <mjx-container style="display: block">{drawing}</mjx-container>
+        <p id="next">The next paragraph.</p>
+        <mjx-container><mjx-math aria-hidden="true"><a href="#x">link</a></mjx-math>
+        </mjx-container>
+        </article></body></html>"""
+    try:
+        page.set_content(page_html)
+        emptied, moved = hide_formula_glyphs(page)
+        left = page.locator("mjx-math").evaluate_all("(ms) => ms.map((m) => m.children.length)")
+        # Not as MathJax draws: a drawing that wraps over lines, whose box cannot be kept.
+        page.set_content(page_html.replace("display: inline-block; white-space: nowrap;", ""))
+        page.evaluate("() => document.querySelector('mjx-math').append('x y z '.repeat(30))")
+        _, planted = hide_formula_glyphs(page)
+    finally:
+        context.close()
+    assert (emptied, moved) == (2, 0), (emptied, moved)
+    assert left == [0, 0, 1], left
+    assert planted > 0
+
+
 def test_the_contrast_sample_keeps_every_kind_of_text(browser):
     """The colour rules run on one text of each kind (contrast_sample): on a page of many alike
     texts and a few planted faults, each fault is still found, and each is found once however many
     copies it has. A fault hides in nothing it is alike: a text too light for its own colour, one
     on a darker box, a link that matches its paragraph's colour, a visible text after a clipped one
-    of the same style, a formula's box left where it was."""
+    of the same style."""
     context = browser.new_context(viewport=DESKTOP)
     page = context.new_page()
     try:
@@ -1161,7 +1211,8 @@ def test_chinese_page(rel: str, browser, book_url: str, screenshot_dir: Path):
         failures += check_phone(page, rel, screenshot_dir)
         resize(page, DESKTOP)
         collapse_repeated_code_tokens(page)
-        hide_formula_glyphs(page)
+        _, moved = hide_formula_glyphs(page)
+        assert moved == 0, f"{rel}: emptying the formulas moved {moved} blocks"
         violations = axe_violations(page, skip=SHARED_WITH_ENGLISH)
         page.wait_for_timeout(200)
     finally:
