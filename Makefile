@@ -143,13 +143,7 @@ book-strict: $(VENV_STAMP) $(ASSETS_STAMP) ## a fresh build of every page, in ev
 
 # --------------------------------------------------------------------------- checks
 
-# The stages side by side, in two groups: those that need only .venv and the front-end files, then
-# the two that drive Chromium (the browser tests read the book the first group built). Alone, each
-# stage left a core idle 4-11% of its time (its start-up, its last tests), and they share no
-# files. Each stage's output is printed whole when it finishes.
-test: setup lint ## everything CI checks (lint, package tests, nbval, strict build, browser, live widgets)
-	@$(MAKE) -j3 --output-sync=target package nbval book-strict
-	@$(MAKE) -j2 --output-sync=target browser live
+test: setup lint package nbval book-strict browser live ## everything CI checks (lint, package tests, nbval, strict build, browser, live widgets)
 	@echo "make test: all checks passed. The book: $(CURDIR)/$(BUILD_HTML)/index.html"
 
 lint: $(VENV_STAMP) ## ruff check and ruff format --check
