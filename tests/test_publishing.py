@@ -716,9 +716,12 @@ def test_make_serve_prints_the_address_and_serves(tmp_path):
         missing_tool("make not found")
     (tmp_path / "index.html").write_text("<p>the book</p>\n")
     port = free_port()
+    # As a reader runs it, not as a sub-make of `make -jN test` (whose jobserver it would not get).
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     process = subprocess.Popen(
         ["make", "-s", "serve", f"PORT={port}", f"BUILD_HTML={tmp_path}"],
         cwd=ROOT,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
