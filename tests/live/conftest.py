@@ -88,6 +88,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
         f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         "--ServerApp.terminals_enabled=False",
+        # A test's kernel is shut down after it and holds nothing worth keeping: killed if not
+        # gone in 0.5 s (jupyter_client waits 5 s; a kernel's shutdown took 2 to 3 s).
+        "--KernelManager.shutdown_wait_time=0.5",
     ]  # fmt: skip
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         command.append("--allow-root")  # CI runs as root in a container
