@@ -623,7 +623,7 @@ def screenshot_page(page, rel: str, screenshot_dir: Path) -> None:
     full-page picture of a chapter, 36,000 pixels tall, took 4 to 6 s to draw: longer than the
     page's checks)."""
     stem = shot_stem(rel)
-    page.screenshot(path=str(screenshot_dir / f"{stem}.jpg"), type="jpeg", quality=85)
+    page.screenshot(path=str(screenshot_dir / f"{stem}.png"))
     for i, widget in enumerate(page.locator(".widget-subarea").all()):
         widget.screenshot(path=str(screenshot_dir / f"widget__{stem}__{i}.png"))
 
