@@ -41,16 +41,15 @@ shows each Chinese page gives the browser its English page's widget state, formu
 stylesheets, so what test_page checks there holds for it; another shows each Traditional page is
 its Simplified page with each run of Chinese characters replaced by a run of the same length, so
 the browser lays both out alike. Each Simplified page gets one load that checks what the language
-changes (offline, no console error, diagrams, axe in the light theme with
-every rule but the two whose outcome depends only on what the English page shares: colour contrast
-and landmarks, the phone's width); on each, `<html lang>` names the edition and a CJK face draws
-the text (not the empty boxes of a missing font). Two Simplified pages (RENDERED_IN_FULL) get
-that load with the maths typeset and every widget rendering and answering its first control; the
-other Simplified pages are loaded with MathJax and the widget manager served empty. One
-Traditional page is loaded in full (TRADITIONAL_LOADED). The
-language switcher opens the same page in the other edition, the search finds Chinese words, and a
-Chinese page's download is its notebook with the prose translated and the code cells exactly the
-English ones.
+changes (offline, no console error, diagrams, axe in the light theme with every rule but the two
+whose outcome depends only on what the English page shares: colour contrast and landmarks, the
+phone's width); on each, `<html lang>` names the edition and a CJK face draws the text (not the
+empty boxes of a missing font). Two Simplified pages (RENDERED_IN_FULL) get that load with the
+maths typeset and every widget rendering and answering its first control; the other Simplified
+pages are loaded with MathJax and the widget manager served empty. One Traditional page is loaded
+in full (TRADITIONAL_LOADED). The language switcher opens the same page in the other edition, the
+search finds Chinese words, and a Chinese page's download is its notebook with the prose
+translated and the code cells exactly the English ones.
 
 Run after `make book`; skipped only if the book has not been built.
 """
@@ -388,20 +387,17 @@ def axe_source() -> str:
 def axe_violations(
     page,
     rules: tuple[str, ...] | None = None,
-    exclude: tuple[str, ...] = (),
     skip: tuple[str, ...] = (),
     sample: bool = False,
 ) -> list[str]:
     """Run axe-core on the page as it is now (all of AXE_TAGS but the rules `skip`, or only
-    `rules`), leaving out the elements that match the CSS selectors `exclude`, and with `sample`
-    only the elements contrast_sample marked (and what is inside them); one line per violated
-    rule, with a few examples."""
+    `rules`), on the whole page or, with `sample`, only on the elements contrast_sample marked
+    (and what is inside them); one line per violated rule, with a few examples."""
     if not page.evaluate("() => typeof window.axe === 'object'"):
         page.add_script_tag(content=axe_source())  # inline: no request
     found = page.evaluate(
-        """async ([tags, rules, exclude, skip, sample]) => {
-            const context = {exclude: exclude.map((s) => [s])};
-            if (sample) context.include = window.__contrastSample;
+        """async ([tags, rules, skip, sample]) => {
+            const context = sample ? {include: window.__contrastSample} : document;
             const result = await axe.run(context, {
                 runOnly: rules ? {type: "rule", values: rules} : {type: "tag", values: tags},
                 rules: Object.fromEntries(skip.map((id) => [id, {enabled: false}])),
@@ -418,7 +414,7 @@ def axe_violations(
                     n.target.join(" ") + " :: " + n.failureSummary.replace(/\\s+/g, " ")),
             }));
         }""",
-        [AXE_TAGS, rules and list(rules), list(exclude), list(skip), sample],
+        [AXE_TAGS, rules and list(rules), list(skip), sample],
     )
     return [
         f"{v['id']} ({v['impact']}, {v['count']} elements): {v['help']}; e.g. "
@@ -500,9 +496,9 @@ def contrast_sample(page) -> tuple[int, int]:
     decoration, and of the colours, backgrounds, opacity, stacking and clipping of the elements it
     sits in (a link: also its paragraph's colour). Texts alike in all of these, and in the tag and
     class of every element they sit in, get the same result, so one of each kind is checked:
-    chapter 4 has 1,219 texts of 184 kinds. A text the browser does not
-    draw (no box, or clipped away by a box it sits in) is never alike a drawn one, so a hidden text
-    cannot stand for a visible one. The marked elements are `window.__contrastSample`.
+    chapter 4 has 1,219 texts of 184 kinds. A text the browser does not draw (no box, or clipped
+    away by a box it sits in) is never alike a drawn one, so a hidden text cannot stand for a
+    visible one. The marked elements are `window.__contrastSample`.
     """
     return page.evaluate(
         """() => {
