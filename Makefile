@@ -33,6 +33,11 @@ NBVAL_FLAGS := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-ce
 # Test processes: one per core (pytest-xdist); JOBS=1 runs everything in one process.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 XDIST := $(if $(filter 1,$(JOBS)),,-n $(JOBS))
+# Every pytest process (the controller and each worker) imports every installed pytest plugin;
+# each stage turns off those it does not use (nbval imports jupyter_client: about 1 s a process).
+NOT_NBVAL := -p no:nbval
+NOT_HYPOTHESIS := -p no:hypothesispytest
+NOT_ANYIO := -p no:anyio
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 # The Chinese editions (tools/i18n.py): Sphinx's language codes, built into _build/html/zh-Hans|zh-Hant.
@@ -151,14 +156,14 @@ lint: $(VENV_STAMP) ## ruff check and ruff format --check
 	$(BIN)/ruff format --check .
 
 unit: $(VENV_STAMP) ## the package tests, without the slow ones (a quick check while working)
-	$(PY) -m pytest tests --ignore=tests/browser --ignore=tests/live -m "not slow" $(XDIST) --durations=10
+	$(PY) -m pytest tests --ignore=tests/browser --ignore=tests/live -m "not slow" $(NOT_NBVAL) $(NOT_ANYIO) $(XDIST) --durations=10
 
 slow: $(VENV_STAMP) ## the package tests marked slow (training runs, notebook execution)
-	$(PY) -m pytest tests --ignore=tests/browser --ignore=tests/live -m slow $(XDIST) --durations=10
+	$(PY) -m pytest tests --ignore=tests/browser --ignore=tests/live -m slow $(NOT_NBVAL) $(NOT_ANYIO) $(XDIST) --durations=10
 
 # unit and slow in one run: one start-up, and the slow tests share the processes with the quick ones.
 package: $(VENV_STAMP) ## all the package tests, quick and slow (what `make test` runs)
-	$(PY) -m pytest tests --ignore=tests/browser --ignore=tests/live $(XDIST) --durations=10
+	$(PY) -m pytest tests --ignore=tests/browser --ignore=tests/live $(NOT_NBVAL) $(NOT_ANYIO) $(XDIST) --durations=10
 
 mutants: $(VENV_STAMP) ## plant bugs in the core modules and check the tests catch every one
 	$(PY) tools/mutants.py
@@ -169,7 +174,7 @@ nbval: $(VENV_STAMP) ## every notebook re-run and compared with its saved output
 	@if [ -z "$(NOTEBOOKS)" ]; then \
 		echo "nbval: notebooks/ has no notebook yet: nothing to validate."; \
 	else \
-		TRANSFORMER_COURSE_STATIC=1 OMP_NUM_THREADS=1 $(PY) -m pytest $(NBVAL_FLAGS) $(if $(XDIST),$(XDIST) --dist loadfile) notebooks/; \
+		TRANSFORMER_COURSE_STATIC=1 OMP_NUM_THREADS=1 $(PY) -m pytest $(NBVAL_FLAGS) $(NOT_HYPOTHESIS) $(NOT_ANYIO) $(if $(XDIST),$(XDIST) --dist loadfile) notebooks/; \
 	fi
 
 chromium:
@@ -198,10 +203,10 @@ chromium:
 
 # The built book in headless Chromium (Playwright, never `playwright install`).
 browser: $(VENV_STAMP) $(ASSETS_STAMP) chromium ## the built book in headless Chromium (offline, widgets, axe, phone)
-	CHROMIUM=$$($(FIND_CHROMIUM)) $(PY) -m pytest tests/browser $(XDIST) --durations=5
+	CHROMIUM=$$($(FIND_CHROMIUM)) $(PY) -m pytest tests/browser $(NOT_NBVAL) $(NOT_HYPOTHESIS) $(NOT_ANYIO) $(XDIST) --durations=5
 
 live: $(VENV_STAMP) chromium ## the widgets' live mode: a local JupyterLab driven by Chromium
-	CHROMIUM=$$($(FIND_CHROMIUM)) $(PY) -m pytest tests/live $(XDIST) --durations=5
+	CHROMIUM=$$($(FIND_CHROMIUM)) $(PY) -m pytest tests/live $(NOT_NBVAL) $(NOT_HYPOTHESIS) $(NOT_ANYIO) $(XDIST) --durations=5
 
 # --------------------------------------------------------------------------- working on it
 

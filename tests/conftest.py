@@ -10,16 +10,26 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 # The tools are scripts that import each other (tools/book_ext.py imports tools/i18n.py, as Sphinx
 # loads it with tools/ on the path): the tests see them the same way.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 
+# torch is imported where a fixture needs it, not here: pytest's controller process and the browser
+# tests' processes load this file and never use torch (importing it costs each about 3 s of CPU).
+
+
 @pytest.fixture(autouse=True)
 def seeded_torch():
-    """Seed torch and restore the default dtype, so no test depends on what ran before it."""
+    """Seed torch and restore the default dtype, so no test depends on what ran before it.
+
+    Where torch is loaded: every test file that uses torch imports it, so it is loaded before
+    any of its tests runs; the browser tests never load it."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        yield
+        return
     dtype = torch.get_default_dtype()
     torch.manual_seed(0)
     yield
@@ -29,6 +39,8 @@ def seeded_torch():
 @pytest.fixture
 def float64():
     """Make float64 the default dtype for one test (restored by `seeded_torch`)."""
+    import torch
+
     torch.set_default_dtype(torch.float64)
     return torch.float64
 
@@ -40,6 +52,7 @@ def randn64():
     Session-scoped and independent of the global RNG, so hypothesis tests can draw `seed` and get a
     reproducible (and shrinkable) example.
     """
+    import torch
 
     def make(*shape: int, seed: int = 0, requires_grad: bool = False) -> torch.Tensor:
         generator = torch.Generator().manual_seed(seed)
@@ -60,6 +73,8 @@ def close_figures():
 @pytest.fixture(scope="module")
 def one_thread():
     """Tiny tensors: one thread is many times faster than two threads on a busy 2-core machine."""
+    import torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -69,6 +84,8 @@ def one_thread():
 @pytest.fixture
 def no_torch_fast_path():
     """Make torch's layers take their plain (differentiable) path, the one we compare against."""
+    import torch
+
     enabled = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)
     yield

@@ -25,8 +25,6 @@ from urllib.parse import urlparse
 
 import pytest
 
-from transformer_course.widgets import STATIC_ENV
-
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 START_TIMEOUT = 60  # seconds for the server to answer; it takes a few here
@@ -64,6 +62,8 @@ class LabServer:
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
     """JupyterLab serving a temporary copy of notebooks/ (the tests never touch the real files)."""
+    from transformer_course.widgets import STATIC_ENV  # here: pytest's controller skips torch
+
     base = tmp_path_factory.mktemp("lab")
     root = base / "notebooks"
     shutil.copytree(NOTEBOOKS, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
