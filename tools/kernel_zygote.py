@@ -74,6 +74,12 @@ def _wait_for_exit(pid: int) -> None:
         os.close(fd)
 
 
+def _exit_after(pid: int) -> None:
+    """End this process once process `pid` has ended."""
+    _wait_for_exit(pid)
+    os._exit(1)
+
+
 def _become_kernel(request: dict, fds: list[int]) -> None:
     """In the fork: take the client's streams, folder and environment, then run the kernel."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the zygote ignores its children: not a kernel
@@ -84,13 +90,21 @@ def _become_kernel(request: dict, fds: list[int]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    # Gone with its client: Jupyter stops a kernel by stopping the process it started.
-    client = request["pid"]
-    threading.Thread(target=lambda: (_wait_for_exit(client), os._exit(1)), daemon=True).start()
+    # Gone with its client (Jupyter stops a kernel by stopping the process it started) or with
+    # Jupyter itself (JPY_PARENT_PID: what an ordinary kernel watches).
+    argv = list(request["argv"])
+    watched = [request["pid"]]
+    parent = os.environ.get("JPY_PARENT_PID", "")
+    if parent.isdigit() and int(parent) > 1:
+        watched.append(int(parent))
+        # ipykernel read JPY_PARENT_PID when the zygote imported it: give it this kernel's.
+        argv.append(f"--IPKernelApp.parent_handle={parent}")
+    for pid in watched:
+        threading.Thread(target=_exit_after, args=(pid,), daemon=True).start()
     # As `python -m ipykernel_launcher` in this folder: the launcher drops the folder from
     # sys.path while it loads, and IPython puts '' back.
     sys.path[0] = os.getcwd()
-    sys.argv = ["ipykernel_launcher", *request["argv"]]
+    sys.argv = ["ipykernel_launcher", *argv]
     import runpy
 
     code = 0
@@ -160,9 +174,14 @@ def kernel(path: str, argv: list[str]) -> None:
         pid = int(answer)
     except (OSError, ValueError):
         os.execv(sys.executable, ordinary)
+
     # Jupyter interrupts and stops the kernel with signals to this process: pass them on.
+    def forward(signum: int, _frame) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(signum, lambda signum, _: os.kill(pid, signum))
+        signal.signal(signum, forward)
     _wait_for_exit(pid)
 
 
