@@ -219,12 +219,17 @@ def forked_kernels(env: dict[str, str], wait: bool = True) -> Iterator[dict[str,
                 time.sleep(0.05)
             yield {**env, "JUPYTER_PATH": os.pathsep.join(paths)}
         finally:
-            zygote.terminate()
-            try:
-                zygote.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                zygote.kill()
-                zygote.wait()
+            stop(zygote, timeout=10)
+
+
+def stop(process: subprocess.Popen, timeout: float) -> None:
+    """Terminate `process`; kill it if it has not ended after `timeout` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def main(argv: list[str]) -> int:

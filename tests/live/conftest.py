@@ -108,12 +108,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
                 time.sleep(0.3)
             yield server
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            kernel_zygote.stop(process, timeout=15)
 
 
 class LabPage:
