@@ -56,7 +56,7 @@ def run(client, code: str, timeout: float = 30) -> tuple[str, str | None]:
 
 @pytest.fixture(scope="module")
 def zygote_env():
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "JUPYTER_PLATFORM_DIRS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with kernel_zygote.forked_kernels(env) as forked:
         yield forked
 
