@@ -14,6 +14,8 @@ import pytest
 # The tools are scripts that import each other (tools/book_ext.py imports tools/i18n.py, as Sphinx
 # loads it with tools/ on the path): the tests see them the same way.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+# Figures are drawn off screen, whatever the machine's display.
+os.environ.setdefault("MPLBACKEND", "Agg")
 
 
 # torch is imported where a fixture needs it, not here: pytest's controller process and the browser

@@ -1,8 +1,6 @@
-"""Chapter 1 helpers: the example data, the story the chapter tells, figures, widgets."""
+"""Chapter 1 helpers: the example data, the story the chapter tells, the timing figure, widgets."""
 
 from __future__ import annotations
-
-import math
 
 import ipywidgets
 import matplotlib
@@ -13,17 +11,6 @@ import torch
 from transformer_course import examples, measure, scaled_dot_product_attention, widgets
 from transformer_course.chapters import ch01_attention as ch
 from transformer_course.notebook import setup
-from transformer_course.widgets import Explorer
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
 
 # --------------------------------------------------------------------------- the tiny example
 
@@ -41,8 +28,6 @@ def test_search_ranks_the_transformer_paper_first_and_blends_contents():
     ex = ch.search_example()
     output, weights = scaled_dot_product_attention(ex.query[None], ex.keys, ex.values, scale=1.0)
     output, weights = output[0], weights[0]
-    assert ex.keys.shape == (len(ex.titles), len(ex.query_features))
-    assert ex.values.shape == (len(ex.titles), len(ex.content_features))
     # the text quotes d_k = 4 and d_v = 5: values need not have the keys' size
     assert (ex.keys.shape[1], ex.values.shape[1]) == (4, 5)
     assert ex.titles[int(weights.argmax())] == "Attention Is All You Need"
@@ -78,35 +63,18 @@ def test_sentence_pattern_the_chapter_describes():
     torch.testing.assert_close(weights[0], weights[4])  # the two "the"s cannot be told apart
 
 
-def test_top_keys_and_entropy():
+def test_top_keys():
     w = torch.tensor([0.1, 0.6, 0.1, 0.2])
     assert ch.top_keys(w, ["a", "b", "c", "d"], k=3) == "b 0.60, d 0.20, a 0.10"
-    with pytest.raises(ValueError, match="weights: expected shape"):
-        ch.top_keys(torch.ones(2, 2), ["a", "b"])
-    assert float(measure.entropy(torch.full((7,), 1 / 7))) == pytest.approx(math.log(7))
-    assert float(measure.entropy(torch.tensor([0.0, 1.0, 0.0]))) == 0.0
 
 
 # --------------------------------------------------------------------------- complexity
 
 
-def test_torch_threads_restores_and_best_time_is_positive():
-    before = torch.get_num_threads()
-    with measure.torch_threads(1):
-        assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == before
-    calls = []
-    seconds = measure.best_time(lambda: calls.append(1), repeats=2, min_time=1e-4)
-    assert seconds > 0 and len(calls) >= 3  # warm-up plus two batches
-
-
 def test_timing_figure_draws_measurements_and_two_distinct_references():
     lengths = (4, 8, 16, 32)
     ax = ch.timing_figure(lengths, [1.0, 2.0, 5.0, 17.0], [2.0, 4.0, 8.0, 16.0], 8, threads=1)
-    labels = [line.get_label() for line in ax.get_lines()]
-    assert labels[:2] == ["self-attention layer", "GRU layer (nn.GRU)"] and len(labels) == 4
     assert list(ax.get_lines()[0].get_ydata()) == [1.0, 2.0, 5.0, 17.0]
-    assert ax.get_title() == "One layer, d = 8, 1 CPU thread"
     # The two grey references must not look alike in the legend: dashed n, dotted n².
     linear, quadratic = ax.get_lines()[2:]
     assert linear.get_color() == quadratic.get_color()
@@ -119,9 +87,6 @@ def test_timing_figure_draws_measurements_and_two_distinct_references():
 
 def test_tiny_explorer_frames_show_the_three_steps_and_the_hull():
     explorer = ch.tiny_explorer()
-    assert explorer.n_frames == len(ch.TINY_PRESETS) * len(ch.TINY_SCALES)
-    assert len(set(explorer.frames.values())) == explorer.n_frames
-    assert [c.description for c in explorer.controls] == ["Query q", "Scale s"]
     assert "0.71 (1/√d_k)" in [label for label, _ in explorer.controls[1].options]
     K, V = torch.tensor(ch.TINY_KEYS), torch.tensor(ch.TINY_VALUES)
     for query in ch.TINY_PRESETS.values():
@@ -133,21 +98,14 @@ def test_tiny_explorer_frames_show_the_three_steps_and_the_hull():
             assert all(f"v{j + 1}: {float(a[j]):.2f}" in frame for j in range(3))
             assert abs(float(o.sum()) - 10) < 1e-4  # on the hull: the segment x + y = 10
     assert "<polygon" in explorer.frame(query=(2.0, 1.0), scale=1.0)  # the hull is drawn
-    assert "Run this notebook" in explorer.children[-1].value  # the static page's one-line hint
 
 
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [("2, 1", (2.0, 1.0)), ("(-1.5 3)", (-1.5, 3.0)), (" .5,-2 ", (0.5, -2.0))],
-)
-def test_parse_query_reads_two_numbers(text, expected):
-    assert ch.parse_query(text) == expected
-
-
-@pytest.mark.parametrize("text", ["2", "1, 2, 3", "a, b", "20, 1", "2; 1x", ""])
-def test_parse_query_refuses_anything_else_and_says_so(text):
-    with pytest.raises(ValueError, match="query: expected two numbers in \\[-10, 10\\]"):
-        ch.parse_query(text)
+def test_parse_query_reads_two_numbers_and_refuses_anything_else():
+    assert ch.parse_query("2, 1") == (2.0, 1.0)
+    assert ch.parse_query("(-1.5 3)") == (-1.5, 3.0)
+    for text in ("2", "1, 2, 3", "a, b", "20, 1"):
+        with pytest.raises(ValueError, match="query: expected two numbers in \\[-10, 10\\]"):
+            ch.parse_query(text)
 
 
 @pytest.fixture
@@ -175,18 +133,9 @@ def test_tiny_explorer_live_takes_a_typed_query_and_any_scale(live):
 
 def test_attention_explorer_frames():
     explorer = ch.attention_explorer()
-    assert isinstance(explorer, Explorer)
-    assert explorer.n_frames == len(ch.TOKENS) * len(ch.EXPLORER_SCALES)
-    assert len(set(explorer.frames.values())) == explorer.n_frames
-    assert [c.description for c in explorer.controls] == [
-        "Query token",
-        "Scale s (= 1/temperature)",
-    ]
     assert explorer.controls[1].index == ch.EXPLORER_SCALES.index(1.0)
     frame = explorer.frame(query=1, scale=1.0)
     assert "“cat” attends to" in frame and "0.74" in frame
-    # the widget state ends up in the notebook and the page: keep it small
-    assert sum(len(f) for f in explorer.frames.values()) < 400_000
 
 
 def test_attention_explorer_live_renders_a_scale_between_frames(live):
@@ -204,7 +153,6 @@ def cat_scores():
 
 def test_saturation_explorer_entropy_and_jacobian_fall_with_scale():
     explorer = ch.saturation_explorer()
-    assert explorer.n_frames == len(ch.SATURATION_SCALES)
     weights = [torch.softmax(s * cat_scores(), -1) for s in ch.SATURATION_SCALES]
     entropies = [float(measure.entropy(a)) for a in weights]
     norms = [float(torch.linalg.matrix_norm(torch.diag(a) - torch.outer(a, a))) for a in weights]
@@ -212,7 +160,6 @@ def test_saturation_explorer_entropy_and_jacobian_fall_with_scale():
     assert norms[-1] < 0.1 * max(norms)  # saturated: almost no gradient gets through
     last = explorer.frame(scale=ch.SATURATION_SCALES[-1])
     assert f"Entropy {entropies[-1]:.2f} nats" in last and f"Jacobian norm {norms[-1]:.3f}" in last
-    assert "‖diag(a) − a aᵀ‖" in last
 
 
 def test_saturation_explorer_live_draws_the_curves_through_any_scale(live):
@@ -220,10 +167,7 @@ def test_saturation_explorer_live_draws_the_curves_through_any_scale(live):
     explorer.controls[0].value = 3.3
     a = torch.softmax(3.3 * cat_scores(), -1)
     norm = float(torch.linalg.matrix_norm(torch.diag(a) - torch.outer(a, a)))
-    assert (
-        f"Jacobian norm {norm:.3f}" in explorer.view.value
-        and "softmax(3.3 ×" in explorer.view.value
-    )
+    assert f"Jacobian norm {norm:.3f}" in explorer.view.value
 
 
 @pytest.fixture
@@ -236,13 +180,10 @@ def restore_defaults():
     matplotlib.use("Agg")
 
 
-def test_sentence_figure_and_setup(restore_defaults):
+def test_setup_seeds_every_run_the_same(restore_defaults):
     setup()
-    assert matplotlib.rcParams["svg.hashsalt"] and matplotlib.rcParams["image.cmap"] == "viridis"
     a = torch.rand(3)
     setup()
     assert torch.equal(torch.rand(3), a)  # seeded again: the same draw
-    ax = ch.sentence_figure(ch.sentence_attention()[1])
-    assert [t.get_text() for t in ax.get_xticklabels()] == list(ch.TOKENS)
     with pytest.raises(TypeError, match="seed"):
         setup(seed="0")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import matplotlib
 import pytest
 import torch
 from torch import nn
@@ -11,27 +10,13 @@ from transformer_course.chapters import ch02_encoder as ch
 from transformer_course.interop import load_from_torch
 from transformer_course.layers import EncoderLayer
 from transformer_course.measure import count_parameters
-from transformer_course.widgets import Explorer
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
 
 # --------------------------------------------------------------------------- the example
 
 
 def test_example_input_gives_each_word_its_offset_and_spread():
     x = ch.example_input()
-    assert x.shape == (1, len(ch.TOKENS), ch.D_MODEL) and x.dtype == torch.float32
-    assert torch.equal(x, ch.example_input())  # seeded
     assert torch.equal(x[0, 0], x[0, 4])  # "The" and "the": one word, one vector
-    assert not torch.equal(x, ch.example_input(seed=1))
     # offset + spread * z: the offsets show in the means, the spreads in the stds
     std = x[0].std(dim=-1, unbiased=False)
     spreads = torch.tensor([ch.WORD_SPREAD[t.lower()] for t in ch.TOKENS])
@@ -94,13 +79,9 @@ def test_stats_rows_print_one_line_per_token_without_negative_zero():
 def test_depth_figure_has_two_labelled_panels_and_checks_its_arguments():
     grad = {"post-LN (paper)": [0.5, 0.8, 1.0], "pre-LN": [1.4, 1.2, 1.0]}
     rms = {"post-LN (paper)": [1.0, 1.0, 1.0], "pre-LN": [1.0, 1.3, 1.6]}
-    fig = ch.depth_figure(grad, rms, d_model=8)
-    left, right = fig.axes
-    assert left.get_yscale() == "log" and right.get_yscale() == "linear"
-    assert [line.get_label() for line in left.get_lines()] == list(grad)
+    left, right = ch.depth_figure(grad, rms, d_model=8).axes
     assert list(left.get_lines()[0].get_ydata()) == pytest.approx(grad["post-LN (paper)"])
     assert list(right.get_lines()[1].get_ydata()) == pytest.approx(rms["pre-LN"])
-    assert "2 encoder layers" in fig.get_suptitle() and "d_model = 8" in fig.get_suptitle()
     with pytest.raises(ValueError, match="grad, rms"):
         ch.depth_figure(grad, {"post-LN (paper)": [1.0, 1.0], "pre-LN": [1.0, 1.0]}, 8)
 
@@ -115,12 +96,11 @@ def test_runs_panels_draws_one_panel_per_setting_and_one_line_per_run():
     }
     fig = plots.runs_panels([10, 20, 30], panels, xlabel="step", ylabel="loss", logy=True)
     visible = [ax for ax in fig.axes if ax.get_visible()]
-    assert [ax.get_title() for ax in visible] == list(panels) and len(fig.axes) == 4
+    assert [ax.get_title() for ax in visible] == list(panels)
     assert [len(ax.get_lines()) for ax in visible] == [2, 2, 1]
     assert list(visible[1].get_lines()[1].get_ydata()) == pytest.approx([2.1, 0.5, 0.2])
     # a seed keeps its colour in every panel
     assert visible[0].get_lines()[1].get_color() == visible[1].get_lines()[1].get_color()
-    assert visible[0].get_yscale() == "log" and visible[0].get_ylabel() == "loss"
     with pytest.raises(ValueError, match=r"panels\['pre-LN'\]\['seed 0'\]: expected 3 values"):
         plots.runs_panels([10, 20, 30], {"pre-LN": {"seed 0": [1.0]}}, xlabel="s", ylabel="l")
     with pytest.raises(ValueError, match="panels: expected at least one setting"):
@@ -157,18 +137,13 @@ def test_step_frame_shows_pipeline_heatmap_and_stats():
 
 def test_step_explorer_precomputes_every_step_of_both_orders():
     explorer = ch.step_explorer()
-    assert isinstance(explorer, Explorer) and explorer.n_frames == 14
-    assert len(set(explorer.frames.values())) == 14
+    assert explorer.n_frames == 14  # 6 steps and the input, for each order
     assert "LayerNorm(X&#x27;)" in explorer.frame(norm_first=True, step=4)  # escaped quote
-    assert all(len(f) < 20_000 for f in explorer.frames.values())
-    hint = explorer.children[-1].value  # the static page says what a kernel adds
-    assert "Run this notebook" in hint and "Sentence" in hint
 
 
 def test_example_input_keeps_known_words_and_gives_new_words_their_own_vectors():
     tokens = ("A", "cat", "saw", "the", "dog", "!")
     x = ch.example_input(0, tokens)
-    assert x.shape == (1, 6, ch.D_MODEL)
     known = ch.example_input()[0]
     torch.testing.assert_close(x[0, 1], known[1])  # "cat" is the example's "cat"
     torch.testing.assert_close(x[0, 3], known[0])  # "the" is "The"
@@ -205,10 +180,9 @@ def test_step_explorer_live_mode_steps_any_typed_sentence():
     assert "X&#x27; = X + MHA(LayerNorm(X))" in explorer.view.value
     assert not numbers_in_column(explorer.view.value, "dog")[1].endswith("→ 1.00")
     good = explorer.view.value
-    for bad in ("", "   ", " ".join(["word"] * 13)):
-        box.value = bad
-        assert "sentence: expected 1 to 12 words" in explorer.status.value, bad
-        assert 'role="alert"' in explorer.status.value and explorer.view.value == good
+    box.value = " ".join(["word"] * 13)
+    assert "sentence: expected 1 to 12 words" in explorer.status.value
+    assert explorer.view.value == good
     box.value = "Hello"  # one token is enough; the message goes away
     assert explorer.status.value == "" and ">Hello</text>" in explorer.view.value
 

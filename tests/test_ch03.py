@@ -6,23 +6,12 @@ from __future__ import annotations
 
 import re
 
-import matplotlib
 import pytest
 import torch
 
 from transformer_course import causal_mask
 from transformer_course.chapters import ch03_decoder as ch
 from transformer_course.layers import DecoderLayer
-from transformer_course.widgets import Explorer
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
 
 
 def leaks(fn, y: torch.Tensor) -> bool:
@@ -41,7 +30,6 @@ def leaks(fn, y: torch.Tensor) -> bool:
 
 def test_example_batch_has_different_lengths_and_special_tokens():
     src, tgt = ch.example_batch()
-    assert src.shape == (1, 7) and tgt.shape == (1, 9) and src.dtype == tgt.dtype == torch.long
     assert ch.to_words(src[0], ch.SRC_VOCAB) == list(ch.SOURCE_WORDS)
     assert tgt[0, 0].item() == ch.BOS and tgt[0, -1].item() == ch.EOS
     assert ch.to_words(tgt[0, 1:-1], ch.TGT_VOCAB) == list(ch.TARGET_WORDS)
@@ -53,14 +41,7 @@ def test_example_batch_has_different_lengths_and_special_tokens():
 # --------------------------------------------------------------------------- figures and widgets
 
 
-def test_figures():
-    weights = torch.full((3, 3), 1 / 3)
-    fig = ch.decoder_attention_figure(weights.tril(), torch.full((3, 4), 0.25), "abc", "wxyz")
-    titles = [ax.get_title() for ax in fig.axes]
-    assert titles[:2] == ["Masked self-attention (3 × 3)", "Cross-attention (3 × 4)"]
-    assert len(fig.axes) == 3  # two heatmaps and one colour bar
-    assert [t.get_text() for t in fig.axes[1].get_xticklabels()] == list("wxyz")
-    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == list("abc")
+def test_leak_figure_marks_the_edited_position():
     ax = ch.leak_figure({"no mask": torch.ones(3), "mask": torch.zeros(3)}, ["a", "b", "c"], 1)
     assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b*", "c"]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["no mask", "mask"]
@@ -84,10 +65,6 @@ def example_labels() -> list[str]:
 def test_causal_mask_explorer():
     labels = example_labels()
     explorer = ch.causal_mask_explorer(weights_of, labels, live=False)
-    assert isinstance(explorer, Explorer)
-    assert explorer.n_frames == 2 * 8
-    assert len(set(explorer.frames.values())) == explorer.n_frames
-    assert [c.description for c in explorer.controls] == ["Causal mask", "Query position"]
     for query in range(8):
         masked = explorer.frame(masked=True, query=query)
         assert f"{query + 1} of 8" in masked and "weight on later tokens</th>" in masked
@@ -96,8 +73,6 @@ def test_causal_mask_explorer():
     unmasked = explorer.frame(masked=False, query=0)
     assert "8 of 8" in unmasked and "including the tokens after it" in unmasked
     assert ">0.00</td>" not in unmasked.split("weight on later tokens")[1][:120]
-    assert sum(len(f) for f in explorer.frames.values()) < 300_000
-    assert "Run this notebook" in explorer.children[-1].value  # the static page says what is live
 
 
 def readout(html: str, name: str) -> str:
@@ -123,13 +98,9 @@ def test_causal_mask_explorer_live_takes_any_position_and_typed_words():
     query.value = "2"
     assert readout(explorer.view.value, "weight on later tokens") != "0.00"
     good = explorer.view.value
-    for box, bad, says in [(words, "die Hund", "words: expected 1 to 10 of"),
-                           (words, " ".join(["die"] * 11), "words: expected 1 to 10"),
-                           (query, "x", "position: expected a whole number"),
-                           (query, "11", "position: expected a whole number from 0")]:  # fmt: skip
-        box.value = bad
-        assert says in explorer.status.value and 'role="alert"' in explorer.status.value, bad
-        assert explorer.view.value == good  # the last picture stays
+    words.value = "die Hund"  # a word outside the vocabulary
+    assert "words: expected 1 to 10 of" in explorer.status.value
+    assert explorer.view.value == good  # the last picture stays
 
 
 def changes_of(words, position, new_word, masked):
@@ -171,13 +142,9 @@ def test_leak_explorer_live_takes_any_input_position_and_word():
     masked.index = 0
     assert readout(explorer.view.value, "largest change before the edit") == "1.00"
     good = explorer.view.value
-    for box, bad, says in [(position, "0", "position: expected 1 to 3, got 0"),
-                           (position, "4", "position: expected 1 to 3, got 4"),
-                           (word, "Hund", "word: expected 1 to 1 of"),
-                           (word, "die der", "word: expected 1 to 1 of")]:  # fmt: skip
-        box.value = bad
-        assert says in explorer.status.value and 'role="alert"' in explorer.status.value, bad
-        assert explorer.view.value == good
+    position.value = "0"  # the first token, <bos>, cannot be edited
+    assert "position: expected 1 to 3, got 0" in explorer.status.value
+    assert explorer.view.value == good
 
 
 # --------------------------------------------------------------------------- exercises

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import re
 
-import matplotlib
 import pytest
 import torch
 from torch import nn
@@ -17,16 +16,6 @@ from torch import nn
 from transformer_course import MultiHeadAttention, examples, load_from_torch, to_torch_mask
 from transformer_course.chapters import ch04_multi_head as ch
 from transformer_course.widgets import Explorer
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
 
 # --------------------------------------------------------------------------- example data
 

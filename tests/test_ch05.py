@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import re
 
-import matplotlib
 import pytest
 import torch
 
@@ -18,16 +17,6 @@ from transformer_course.chapters import ch05_positional as ch
 from transformer_course.experiments import extrapolation
 from transformer_course.positional import PositionalEncoding, shift_matrix, sinusoidal_encoding
 from transformer_course.widgets import Explorer
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
 
 # --------------------------------------------------------------------------- example data
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 
-import matplotlib
 import pytest
 import torch
 
@@ -14,15 +13,6 @@ from transformer_course import recording_attention
 from transformer_course.chapters import ch06_qkv_sources as ch
 from transformer_course.training import BOS, load_trained_model
 from transformer_course.widgets import MAX_FRAME_CHARS, Explorer
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
 
 
 @pytest.fixture(scope="module")

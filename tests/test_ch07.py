@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import math
 
-import matplotlib
 import pytest
 import torch
 from matplotlib.colors import to_hex
@@ -17,16 +16,6 @@ from transformer_course.experiments import scorers
 from transformer_course.measure import MemoryTracker, count_parameters, peak_memory
 from transformer_course.scoring import SCORER_NAMES, cosine_score, dot_score, make_scorer
 from transformer_course.training import DigitTask, TrainConfig, build_model
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
 
 # --------------------------------------------------------------------------- the tiny example
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib
 import nbformat
 import pytest
 import torch
@@ -20,15 +19,6 @@ from transformer_course.training import DigitTask, build_model
 from transformer_course.widgets import Explorer
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "08_why_scale.ipynb"
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
 
 
 # --------------------------------------------------------------------------- the variance

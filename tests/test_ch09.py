@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 
-import matplotlib
 import pytest
 import torch
 import torch.nn.functional as F
@@ -23,8 +22,6 @@ from transformer_course.training import (
     TrainConfig,
     load_trained_model,
 )
-
-matplotlib.use("Agg")
 
 
 @pytest.fixture(scope="module")

@@ -12,23 +12,12 @@ from __future__ import annotations
 import math
 from html import escape
 
-import matplotlib
 import pytest
 import torch
 
 from transformer_course import padding_mask, pretrained
 from transformer_course.chapters import ch10_pretrained as ch
 from transformer_course.pretrained import Batch, l2_normalise
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
 
 TOKENS = ["[CLS]", "the", "cat", "saw", "the", "dog", "[SEP]"]
 

@@ -28,15 +28,11 @@ def test_torch_threads_sets_and_restores_even_after_an_error():
     assert torch.get_num_threads() == before
 
 
-def test_best_time_measures_a_known_duration():
-    seconds = best_time(lambda: time.sleep(0.002), repeats=3)
-    assert 0.0018 < seconds < 0.05  # at least the sleep; a busy machine may add some
-
-
-def test_best_time_warms_up_and_repeats():
+def test_best_time_measures_a_known_duration_after_a_warm_up():
     calls = []
-    best_time(lambda: calls.append(1), repeats=4, min_time=0.0)
-    assert len(calls) >= 1 + 4  # one warm-up call, then at least one call per batch
+    seconds = best_time(lambda: (calls.append(1), time.sleep(0.002)), repeats=3)
+    assert 0.0018 < seconds < 0.05  # at least the sleep; a busy machine may add some
+    assert len(calls) >= 1 + 3  # one warm-up call, then at least one call per batch
 
 
 def test_peak_memory_sees_an_allocation_of_known_size():
@@ -60,16 +56,30 @@ def test_peak_memory_counts_a_freed_temporary_once_and_views_not_at_all():
     assert peak_memory(two_at_once) == 3 * 4000
 
 
-def test_memory_tracker_reports_current_peak_and_total():
-    x = torch.ones(100)  # made before the block: not counted
+def test_memory_tracker_counts_allocations_frees_and_ignores_views():
+    x = torch.randn(1000)  # made before the block: not counted
     with MemoryTracker() as tracker:
-        y = x * 2  # 400
-        z = y + 1  # 400
-        del y
-    assert tracker.peak_bytes == 800
-    assert tracker.allocated_bytes == 800
-    assert tracker.current_bytes == 400  # z is still alive
-    del z
+        view = x.view(10, 100).t()  # a view: no new memory
+        y = x + 1  # 4000 bytes
+        z = y * 2  # 4000 bytes more, y still alive: peak 8000
+        del y  # freed: 4000 left
+        w = z.sum()  # 4 bytes
+    assert tracker.peak_bytes == 8000
+    assert tracker.current_bytes == 4004
+    assert tracker.allocated_bytes == 8004
+    del z, w
+    assert tracker.current_bytes == 0
+    assert view.shape == (100, 10)
+
+
+def test_memory_tracker_follows_a_storage_until_its_last_view_dies():
+    with MemoryTracker() as tracker:
+        y = torch.ones(250)  # 1000 bytes
+        v = y[:10]  # a view of a tracked tensor
+    del y
+    assert tracker.current_bytes == 1000  # the view keeps the storage alive
+    del v
+    assert tracker.current_bytes == 0
 
 
 def test_entropy_of_uniform_and_one_hot_weights():

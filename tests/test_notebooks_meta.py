@@ -80,6 +80,15 @@ def test_widget_views_have_saved_state(path: Path):
 
 
 @notebook_params
+def test_page_stays_light(path: Path):
+    """The chapter's page carries the notebook's outputs and widget state, plus about half a
+    megabyte of theme and scripts: a notebook over 2.5 MB would take its page past the book's
+    3 MB (which `make bench` measures on the built page)."""
+    size = path.stat().st_size
+    assert size < 2_500_000, f"{path.name}: {size / 1e6:.2f} MB; fewer or smaller widget frames"
+
+
+@notebook_params
 def test_every_figure_has_alt_text(path: Path):
     """A figure's cell says in words what it shows (`mystnb.image.alt`, the <img> alt in the book):
     plain text a screen reader can speak, long enough to say what to see."""

@@ -82,24 +82,16 @@ def test_encode_to_text_labels_and_target_text():
     assert task.encode("31415").tolist() == src.tolist()
     assert task.to_text(src[0]) == "3 1 4 1 5"
     assert task.to_text(torch.tensor([BOS, 8, 4, EOS, 5, PAD])) == "5 1"
-    assert task.labels(torch.tensor([PAD, BOS, EOS, 3, 12])) == [
-        "<pad>",
-        "<bos>",
-        "<eos>",
-        "0",
-        "9",
-    ]
+    labels = task.labels(torch.tensor([PAD, BOS, EOS, 3, 12]))
+    assert labels == ["<pad>", "<bos>", "<eos>", "0", "9"]
     assert task.target_text("3 1 4") == "4 1 3"
     assert DigitTask(rule="sort").target_text("3 1 4") == "1 3 4"
 
 
-@pytest.mark.parametrize("text", ["1 2", "1 2 3 4 5 6 7 8 9 0 1", ""])
-def test_encode_refuses_wrong_lengths(text):
-    with pytest.raises(ValueError, match="text: expected 3..10 digits"):
-        DigitTask().encode(text)
-
-
 def test_task_validation():
+    for text in ("1 2", "1 2 3 4 5 6 7 8 9 0 1"):
+        with pytest.raises(ValueError, match="text: expected 3..10 digits"):
+            DigitTask().encode(text)
     with pytest.raises(ValueError, match="rule"):
         DigitTask(rule="shuffle")
     with pytest.raises(ValueError, match="min_len"):
@@ -186,7 +178,6 @@ def test_training_lowers_the_loss_and_leaves_eval_mode():
     result = train(model, task, config, progress=False)
     assert not model.training
     assert result.steps == 60 and len(result.losses) == 60
-    assert result.seconds > 0 and result.cpu_seconds > 0
     assert sum(result.losses[-10:]) / 10 < 0.9 * sum(result.losses[:10]) / 10
 
 
@@ -219,28 +210,12 @@ def test_learning_rate_schedule():
     assert rates[-1] < 1e-7
 
 
-def test_fast_config_changes_only_the_schedule():
-    fast, default = TrainConfig.fast(), TrainConfig()
-    differ = {k for k, v in asdict(fast).items() if asdict(default)[k] != v}
-    assert differ == {"steps", "lr", "warmup"}  # same model, batches and seed as the defaults
-    assert fast.steps < default.steps and fast.lr > default.lr
-    assert TrainConfig.fast(seed=3, steps=10).seed == 3 and TrainConfig.fast(steps=10).steps == 10
-    assert (default.steps, default.lr, default.warmup) == (1500, 1e-3, 100)  # the checkpoint's
-
-
 def test_progress_text_prints_a_plain_bar(capsys):
     task = DigitTask()
     config = TrainConfig(**TINY, steps=3)
     train(build_model(task, config), task, config, progress="text")
     out = capsys.readouterr().out
     assert "training" in out and "3/3" in out
-
-
-def test_progress_refuses_unknown_modes():
-    task = DigitTask()
-    config = TrainConfig(**TINY, steps=1)
-    with pytest.raises(ValueError, match="progress"):
-        train(build_model(task, config), task, config, progress="widget")
 
 
 def test_non_finite_loss_stops_training():
@@ -254,9 +229,12 @@ def test_non_finite_loss_stops_training():
         train(build_model(task, config), task, config, progress=False, loss_fn=broken)
 
 
-def test_train_refuses_other_models():
+def test_train_refuses_other_models_and_progress_modes():
+    task, config = DigitTask(), TrainConfig(**TINY, steps=1)
     with pytest.raises(TypeError, match="model"):
-        train(torch.nn.Linear(2, 2), DigitTask(), TrainConfig(**TINY, steps=1), progress=False)
+        train(torch.nn.Linear(2, 2), task, config, progress=False)
+    with pytest.raises(ValueError, match="progress"):
+        train(build_model(task, config), task, config, progress="widget")
 
 
 # --------------------------------------------------------------------------- exact match
@@ -267,8 +245,8 @@ class Oracle(Transformer):
     except for sources whose length makes `wrong(length)` true (last digit changed)."""
 
     def __init__(self, task: DigitTask, wrong=lambda length: False):
-        super().__init__(task.vocab_size, task.vocab_size, d_model=16, n_heads=2, n_layers=1,
-                         d_ff=8, max_len=64, pad_id=PAD)  # fmt: skip
+        sizes = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 8, "max_len": 64}
+        super().__init__(task.vocab_size, task.vocab_size, **sizes, pad_id=PAD)
         self.task, self.wrong = task, wrong
 
     def encode(self, src, src_mask=None):
