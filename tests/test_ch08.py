@@ -10,13 +10,11 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
-from matplotlib.colors import to_hex
 
 from transformer_course import MultiHeadAttention, experiments, plots
 from transformer_course.chapters import ch08_scale as ch
 from transformer_course.experiments import score_scaling
 from transformer_course.training import DigitTask, build_model
-from transformer_course.widgets import Explorer
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "08_why_scale.ipynb"
 
@@ -34,11 +32,6 @@ def test_random_components_have_mean_0_and_variance_1(dist):
         assert set(x.unique().tolist()) == {-1.0, 1.0}
 
 
-def test_random_components_rejects_an_unknown_distribution():
-    with pytest.raises(ValueError, match="dist: expected one of"):
-        ch.random_components((3,), torch.Generator(), "uniform")
-
-
 def test_dot_products_are_sums_of_products():
     generator = torch.Generator().manual_seed(3)
     s = ch.dot_products(5, 7, generator)
@@ -50,7 +43,6 @@ def test_dot_products_are_sums_of_products():
         for qr, kr in zip(q.tolist(), k.tolist(), strict=True)
     ]
     assert s.tolist() == pytest.approx(expected)
-    assert ch.dot_products(3, 5000, torch.Generator(), chunk=700).shape == (5000,)
     with pytest.raises(ValueError, match="d_k: expected a positive int"):
         ch.dot_products(0, 5, torch.Generator())
 
@@ -76,8 +68,6 @@ def test_variance_figure_has_both_panels():
     assert measured.get_marker() != "None" and derivation.get_linestyle() == "--"
     assert list(derivation.get_ydata()) == [1.0, 4.0, 16.0]
     assert len(right.patches) == len(ch.HISTOGRAM_DIMS)
-    inks = [to_hex(patch.get_edgecolor()) for patch in right.patches]
-    assert inks == [plots.BLUE.lower(), plots.ORANGE.lower(), plots.GREY.lower()]
 
 
 # --------------------------------------------------------------------------- saturation
@@ -85,7 +75,7 @@ def test_variance_figure_has_both_panels():
 
 def test_random_attention_shapes_and_seed():
     q, K = ch.random_attention(16, n_queries=4, n_keys=3, seed=1)
-    assert q.shape == (4, 16) and K.shape == (4, 3, 16) and q.dtype == torch.float64
+    assert q.shape == (4, 16) and K.shape == (4, 3, 16)
     q2, K2 = ch.random_attention(16, n_queries=4, n_keys=3, seed=1)
     assert torch.equal(q, q2) and torch.equal(K, K2)  # the same vectors scaled and unscaled
     q_s, _ = ch.random_attention(16, n_queries=4, dist="sign")
@@ -122,23 +112,17 @@ def test_jacobian_norm_bounds_and_extremes():
     assert float(ch.jacobian_norm(torch.tensor([1.0, 0.0, 0.0]))) == 0.0
 
 
-def test_jacobian_figure_marks_three_spreads():
-    scales = [0.5, 1.0, 2.0, 8.0, 32.0]
-    ax = ch.jacobian_figure(scales, [0.2, 0.28, 0.31, 0.06, 1e-6], [0.2, 0.27, 0.3, 0.14, 0.04])
-    assert len(ax.get_lines()) == 3 + 3  # three curves, three marked spreads
-    assert ax.get_ylim() == (1e-12, 1.0)
-
-
 # --------------------------------------------------------------------------- training
 
 
 def fake_rows(points=4):
     """Rows shaped like experiments/score_scaling's: 2 seeds x 2 head sizes x divided or not."""
+    grid = [(d_k, scaled, seed) for d_k in (8, 128) for scaled in (True, False) for seed in (0, 1)]
     return [
-        {"d_k": d_k, "n_heads": 128 // d_k, "scaled": scaled, "seed": seed,
-         "curve": [2.0 - 0.1 * (i + seed) * scaled for i in range(points)]}
-        for d_k in (8, 128) for scaled in (True, False) for seed in (0, 1)
-    ]  # fmt: skip
+        {"d_k": d_k, "n_heads": 128 // d_k, "scaled": scaled, "seed": seed}
+        | {"curve": [2.0 - 0.1 * (i + seed) * scaled for i in range(points)]}
+        for d_k, scaled, seed in grid
+    ]
 
 
 def test_scaling_figure_draws_every_run_and_the_means():
@@ -150,7 +134,6 @@ def test_scaling_figure_draws_every_run_and_the_means():
     assert list(runs[0].get_xdata()) == [10, 20, 30, 40]
     assert list(means[0].get_ydata()) == pytest.approx([1.95, 1.85, 1.75, 1.65])
     assert [list(r.get_ydata()) for r in runs[:2]] == [[2.0, 1.9, 1.8, 1.7], [1.9, 1.8, 1.7, 1.6]]
-    assert means[0].get_linewidth() > runs[0].get_linewidth()
     assert means[1].get_linestyle() != means[0].get_linestyle()  # not by colour alone
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert labels == ["divided by √d_k (mean of 2)", "not divided (mean of 2)"]
@@ -212,9 +195,6 @@ def test_widget_scores_use_prefixes_and_scale():
 
 def test_saturation_explorer_frames():
     explorer = ch.saturation_explorer(live=False)
-    assert isinstance(explorer, Explorer)
-    assert explorer.n_frames == 2 * len(ch.DIMS)
-    assert [c.kind for c in explorer.specs] == ["slider", "toggle", "text", "text"]
     off = explorer.frame(d_k=1024, scaled=False)
     on = explorer.frame(d_k=1024, scaled=True)
     assert "softmax(q·k)" in off and "softmax(q·k / √d_k)" in on
@@ -222,25 +202,16 @@ def test_saturation_explorer_frames():
     z = ch.widget_scores(1024, scaled=True)
     assert f"{float(torch.softmax(z, -1).max()):.3f}" in on
     assert "1/√d_k = 0.03125" in on
-    assert "Explorer(Softmax saturation explorer" in repr(explorer)
-    hint = explorer.children[-1].value
-    assert "Run this notebook" in hint and "“d_k” to any value" in hint
-    assert "“Score multiplier”" in hint and "“Random seed”" in hint
 
 
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [("auto", None), ("", None), (" 0.05 ", 0.05), ("1/8", 0.125), ("1/sqrt(512)", 512**-0.5),
-     ("1/√64", 0.125), ("sqrt(2)", 2**0.5), ("10", 10.0)],
-)  # fmt: skip
-def test_parse_multiplier_reads_numbers_fractions_and_roots(text, value):
-    assert ch.parse_multiplier(text) == (None if value is None else pytest.approx(value))
-
-
-@pytest.mark.parametrize("text", ["abc", "0", "-1", "1/0", "11", "nan", "inf", "1/sqrt(-4)", "√"])
-def test_parse_multiplier_refuses_the_rest_and_says_what_it_expected(text):
-    with pytest.raises(ValueError, match=r"multiplier: expected auto or a number in \(0, 10\]"):
-        ch.parse_multiplier(text)
+def test_parse_multiplier_reads_numbers_fractions_and_roots_and_refuses_the_rest():
+    assert ch.parse_multiplier("auto") is None and ch.parse_multiplier("") is None
+    assert ch.parse_multiplier(" 0.05 ") == 0.05
+    assert ch.parse_multiplier("1/sqrt(512)") == pytest.approx(512**-0.5)
+    assert ch.parse_multiplier("1/√64") == pytest.approx(0.125)
+    for text in ("abc", "0", "1/0", "11", "nan", "1/sqrt(-4)"):
+        with pytest.raises(ValueError, match=r"multiplier: expected auto or a number in \(0, 10\]"):
+            ch.parse_multiplier(text)
 
 
 def test_live_explorer_renders_a_d_k_between_the_frames():
@@ -365,8 +336,8 @@ def test_training_text_says_what_the_results_file_shows():
     rows = experiments.load(score_scaling.NAME)["rows"]
 
     def final(d_k, scaled, key="final_loss"):
-        runs = sorted((r for r in rows if (r["d_k"], r["scaled"]) == (d_k, scaled)),
-                      key=lambda r: r["seed"])  # fmt: skip
+        runs = [r for r in rows if (r["d_k"], r["scaled"]) == (d_k, scaled)]
+        runs.sort(key=lambda r: r["seed"])
         return torch.tensor([r[key] for r in runs], dtype=torch.float64)
 
     gaps = {d: final(d, False) - final(d, True) for d in score_scaling.D_K}

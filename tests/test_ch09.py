@@ -52,29 +52,12 @@ def alignment(trained):
 # --------------------------------------------------------------------------- figures
 
 
-def test_figures_draw():
-    import matplotlib.pyplot as plt
-
-    config = TrainConfig(steps=50, warmup=5)
-    fig = ch.loss_figure([3.0 * 0.95**i + 0.01 for i in range(50)], config)
-    assert len(fig.axes) == 2
-    plt.close(fig)
+def test_length_figure_draws_accuracy_in_percent():
     fig = ch.length_figure({1: 0.0, 2: 1.0, 3: 1.0, 4: 0.5}, trained=(2, 3))
     bars = fig.axes[0].containers[0]
     assert [round(bar.get_height()) for bar in bars] == [0, 100, 100, 50]
-    plt.close(fig)
     with pytest.raises(ValueError, match="losses"):
-        ch.loss_figure([], config)
-
-
-def test_alignment_figure_has_one_map_per_head_and_layer(alignment):
-    import matplotlib.pyplot as plt
-
-    fig = ch.alignment_figure(alignment)
-    maps = [ax for ax in fig.axes if ax.images]
-    assert len(maps) == alignment.n_layers * (alignment.n_heads + 1)
-    assert len(fig.axes) == len(maps) + 1  # and one colour bar
-    plt.close(fig)
+        ch.loss_figure([], TrainConfig(steps=50, warmup=5))
 
 
 # --------------------------------------------------------------------------- alignment
@@ -145,25 +128,9 @@ def test_padding_amount_does_not_change_answers(trained):
 
 def test_alignment_explorer(alignment):
     explorer = ch.alignment_explorer(alignment)
-    assert explorer.n_frames == alignment.n_layers * (alignment.n_heads + 1)
-    assert len(set(explorer.frames.values())) == explorer.n_frames
-    assert repr(explorer) == (
-        "Explorer(Learned cross-attention: Decoder layer [2] x Head [5] = 10 frames)"
-    )
     frame = explorer.frame(layer=1, head=None)
     assert "Layer 2, mean of heads" in frame
     assert all(token in frame for token in alignment.source)
-
-
-def test_alignment_explorer_static_has_the_hint_and_no_text_box(trained, alignment):
-    model, task, _ = trained
-    explorer = ch.alignment_explorer(alignment, lambda t: record_alignment(model, task, t), False)
-    assert explorer.n_frames == 10 and explorer.view is None
-    assert "(the reversal)" in explorer.frame(layer=1, head=None)
-    assert "Run this notebook" in explorer.children[-1].value
-    assert "Run this notebook" not in "".join(
-        c.value for c in ch.alignment_explorer(alignment).children if hasattr(c, "value")
-    )  # without record nothing is unlocked: no hint
 
 
 def test_alignment_explorer_live_runs_typed_digits(trained, alignment):
@@ -186,13 +153,10 @@ def test_alignment_explorer_live_runs_typed_digits(trained, alignment):
     assert "Layer 2, head 1" in explorer.view.value and "3 2 1" in explorer.view.value
     box.value = "9 8 7 6 5 4 3 2 1 0"  # the longest the book's text allows (10 digits)
     assert explorer.status.value == "" and "9 8 7 6 5 4 3 2 1 0" in explorer.view.value
-    box.value = "1 2 3"
     good = explorer.view.value
-    for bad, says in [("1 2 x", "digits separated by spaces"), ("12 3", "digits separated"),
-                      ("1 2", "3..10 digits"), (" ".join("1" * 11), "3..10 digits")]:  # fmt: skip
-        box.value = bad
-        assert says in explorer.status.value and 'role="alert"' in explorer.status.value, bad
-        assert explorer.view.value == good  # the last picture stays
+    box.value = "1 2 x"
+    assert "digits separated by spaces" in explorer.status.value
+    assert explorer.view.value == good  # the last picture stays
 
 
 def test_alignment_explorer_says_when_the_answer_is_not_the_reversal(alignment):

@@ -106,10 +106,7 @@ def test_pattern_scores_ignore_padding():
 
 def test_top_heads_and_names():
     score = torch.tensor([[0.1, 0.9, 0.2], [0.8, 0.3, 0.0]])
-    assert ch.top_heads(score, k=2) == [
-        (0, 1, pytest.approx(0.9)),
-        (1, 0, pytest.approx(0.8)),
-    ]
+    assert ch.top_heads(score, k=2) == [(0, 1, pytest.approx(0.9)), (1, 0, pytest.approx(0.8))]
     assert ch.head_name(0, 2) == "L1 H3"
 
 
@@ -160,13 +157,10 @@ def study():
     return ch.head_study()
 
 
-def test_study_shapes(study):
-    B = len(ch.STUDY_SENTENCES)
-    assert study.weights.shape[:3] == (6, B, 12)
+def test_study_scores_every_head_of_every_layer(study):
     assert set(study.scores) == set(ch.PATTERNS)
     for score in study.scores.values():
-        assert score.shape == (6, 12)
-        assert bool(((score >= 0) & (score <= 1)).all())
+        assert score.shape == (6, 12) and bool(((score >= 0) & (score <= 1)).all())
 
 
 def test_the_heads_the_appendix_describes(study):
@@ -196,10 +190,10 @@ def test_printed_scores_are_far_from_rounding_boundaries(study):
 
 def test_head_explorer_has_a_frame_per_head(study):
     explorer = ch.head_explorer(study)
-    assert explorer.n_frames == 72
-    assert len(set(explorer.frames.values())) == 72
+    assert explorer.n_frames == 6 * 12
     assert "Layer 1, head 3" in explorer.frame(layer=0, head=2)
-    assert "72 frames" in repr(explorer)
+    # The sentence run alone gives the frames it has in the padded batch.
+    assert ch.head_explorer(study, run=attend, live=False).frames == explorer.frames
 
 
 def attend(sentence):
@@ -207,14 +201,6 @@ def attend(sentence):
     model, tokenizer = ch.minilm()
     one = pretrained.tokenize(tokenizer, [sentence])
     return one.labels(0), pretrained.attention_weights(model, one)[:, 0]  # (L, h, n, n)
-
-
-def test_head_explorer_static_keeps_its_frames_and_adds_the_hint(study):
-    explorer = ch.head_explorer(study, run=attend, live=False)
-    assert explorer.n_frames == 72 and explorer.view is None
-    assert explorer.frames == ch.head_explorer(study).frames  # the sentence alone = in the batch
-    assert "Run this notebook" in explorer.children[-1].value
-    assert "Sentence" in explorer.children[-1].value
 
 
 def test_head_explorer_live_runs_a_typed_sentence(study):
@@ -232,20 +218,16 @@ def test_head_explorer_live_runs_a_typed_sentence(study):
     here = ch.sentence_scores(weights[5, 11], tokens)["[CLS]"]
     assert f"{float(here):.2f}" in explorer.view.value
     good = explorer.view.value
-    for bad in ("", "word " * 20):
-        box.value = bad
-        assert "sentence: expected 1 to 14 word pieces" in explorer.status.value, bad
-        assert explorer.view.value == good  # the last picture stays
+    box.value = "word " * 20
+    assert "sentence: expected 1 to 14 word pieces" in explorer.status.value
+    assert explorer.view.value == good  # the last picture stays
 
 
 def test_pattern_explorer(study):
     explorer = ch.pattern_explorer(study)
-    assert explorer.n_frames == 16
     frame = explorer.frame(pattern="previous token", sentence=1)
     assert "L1 H3" in frame and "dog" in frame
-    static = ch.pattern_explorer(study, run=attend, live=False)
-    assert static.frames == explorer.frames and explorer.view is None
-    assert "type your own “Sentence”" in static.children[-1].value
+    assert ch.pattern_explorer(study, run=attend, live=False).frames == explorer.frames
 
 
 def test_pattern_explorer_live_takes_a_typed_sentence(study):
@@ -267,22 +249,8 @@ def test_pattern_explorer_live_takes_a_typed_sentence(study):
     here = ch.sentence_scores(weights[layer, head], tokens)["[CLS]"]
     assert ch.head_name(layer, head) in explorer.view.value
     assert f"{float(here):.2f}</" in explorer.view.value
-    good = explorer.view.value
-    box.value = "word " * 20  # too long for a frame: the reason shows, the picture stays
-    assert "sentence: expected 1 to 14 word pieces" in explorer.status.value
-    assert explorer.view.value == good
     box.value = ch.EXPLORER_SENTENCES[1]  # a preset again: its precomputed weights
     assert explorer.status.value == "" and ">dog<" in explorer.view.value
-
-
-def test_figures(study):
-    fig = ch.score_figure(study)
-    assert len(fig.axes) == 5  # four maps and their shared colour bar
-    assert fig.axes[0].get_title() == "Weight on the previous token (offset -1)"
-    fig = ch.heads_figure(study, [(0, 2), (4, 5)], sentence=1)
-    assert [ax.get_title() for ax in fig.axes] == ["L1 H3", "L5 H6"]
-    sim = ch.similarity_figure(torch.eye(3), ["S1", "S2", "S3"])
-    assert sim.axes[0].get_title() == "Cosine similarity of the sentence embeddings"
 
 
 def test_check_next_token_head(study):
