@@ -114,14 +114,6 @@ def test_the_line_cycle_stays_distinguishable(vision: str):
     assert closest > 16, f"two line colours look alike ({vision}): {closest:.1f}"
 
 
-@pytest.mark.parametrize("vision", VISIONS[:-1])
-def test_vector_colours_stay_distinguishable(vision: str):
-    """Arrows are also labelled by name, so a smaller margin is enough here."""
-    pairs = itertools.combinations(plots.VECTOR_COLOURS, 2)
-    closest = min(distance(a, b, vision) for a, b in pairs)
-    assert closest > 12, f"two vector colours look alike ({vision}): {closest:.1f}"
-
-
 def test_every_colour_map_named_in_the_book_is_an_allowed_one():
     """Chapters, package and notebooks name only viridis or cividis (matplotlib's default map is
     set to viridis by notebook.setup, so a figure without a cmap is covered too)."""
