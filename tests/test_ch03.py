@@ -123,10 +123,12 @@ def test_causal_mask_explorer_live_takes_any_position_and_typed_words():
     query.value = "2"
     assert readout(explorer.view.value, "weight on later tokens") != "0.00"
     good = explorer.view.value
-    for box, bad, says in [(words, "die Hund", "words: expected 1 to 10 of"),
-                           (words, " ".join(["die"] * 11), "words: expected 1 to 10"),
-                           (query, "x", "position: expected a whole number"),
-                           (query, "11", "position: expected a whole number from 0")]:  # fmt: skip
+    for box, bad, says in [
+        (words, "die Hund", "words: expected 1 to 10 of"),
+        (words, " ".join(["die"] * 11), "words: expected 1 to 10"),
+        (query, "x", "position: expected a whole number"),
+        (query, "11", "position: expected a whole number from 0"),
+    ]:
         box.value = bad
         assert says in explorer.status.value and 'role="alert"' in explorer.status.value, bad
         assert explorer.view.value == good  # the last picture stays
@@ -171,10 +173,12 @@ def test_leak_explorer_live_takes_any_input_position_and_word():
     masked.index = 0
     assert readout(explorer.view.value, "largest change before the edit") == "1.00"
     good = explorer.view.value
-    for box, bad, says in [(position, "0", "position: expected 1 to 3, got 0"),
-                           (position, "4", "position: expected 1 to 3, got 4"),
-                           (word, "Hund", "word: expected 1 to 1 of"),
-                           (word, "die der", "word: expected 1 to 1 of")]:  # fmt: skip
+    for box, bad, says in [
+        (position, "0", "position: expected 1 to 3, got 0"),
+        (position, "4", "position: expected 1 to 3, got 4"),
+        (word, "Hund", "word: expected 1 to 1 of"),
+        (word, "die der", "word: expected 1 to 1 of"),
+    ]:
         box.value = bad
         assert says in explorer.status.value and 'role="alert"' in explorer.status.value, bad
         assert explorer.view.value == good

@@ -126,8 +126,9 @@ def test_band_plot_draws_each_variants_mean_and_its_seeds_range():
     ax = plots.band_plot(None, [1, 2], runs, xlabel="position", ylabel="accuracy", logx=True)
     lines = ax.get_lines()
     assert [line.get_label() for line in lines] == [
-        "a (mean of 2, band: min to max)", "b (mean of 5, band: min to max)"
-    ]  # fmt: skip
+        "a (mean of 2, band: min to max)",
+        "b (mean of 5, band: min to max)",
+    ]
     assert list(lines[0].get_ydata()) == pytest.approx([0.4, 0.6])
     assert lines[0].get_linestyle() == "-"
     assert lines[1].get_linestyle() == "--"  # told apart by dashes too, not colour alone

@@ -161,9 +161,11 @@ def test_explorer_live_records_a_typed_source(record, trained):
     head.index = 2
     assert "encoder 1: self, head 3" in explorer.view.value
     good = explorer.view.value
-    for bad, says in [("1 2 x", "digits: expected digits separated by spaces"),
-                      ("12 3", "digits: expected digits separated"),
-                      ("1 2", "3..10 digits")]:  # fmt: skip
+    for bad, says in [
+        ("1 2 x", "digits: expected digits separated by spaces"),
+        ("12 3", "digits: expected digits separated"),
+        ("1 2", "3..10 digits"),
+    ]:
         digits.value = bad
         assert says in explorer.status.value and 'role="alert"' in explorer.status.value, bad
         assert explorer.view.value == good  # the last picture stays

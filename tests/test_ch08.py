@@ -145,10 +145,17 @@ def test_jacobian_figure_marks_three_spreads():
 def fake_rows(points=4):
     """Rows shaped like experiments/score_scaling's: 2 seeds x 2 head sizes x divided or not."""
     return [
-        {"d_k": d_k, "n_heads": 128 // d_k, "scaled": scaled, "seed": seed,
-         "curve": [2.0 - 0.1 * (i + seed) * scaled for i in range(points)]}
-        for d_k in (8, 128) for scaled in (True, False) for seed in (0, 1)
-    ]  # fmt: skip
+        {
+            "d_k": d_k,
+            "n_heads": 128 // d_k,
+            "scaled": scaled,
+            "seed": seed,
+            "curve": [2.0 - 0.1 * (i + seed) * scaled for i in range(points)],
+        }
+        for d_k in (8, 128)
+        for scaled in (True, False)
+        for seed in (0, 1)
+    ]
 
 
 def test_scaling_figure_draws_every_run_and_the_means():
@@ -240,9 +247,17 @@ def test_saturation_explorer_frames():
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("auto", None), ("", None), (" 0.05 ", 0.05), ("1/8", 0.125), ("1/sqrt(512)", 512**-0.5),
-     ("1/√64", 0.125), ("sqrt(2)", 2**0.5), ("10", 10.0)],
-)  # fmt: skip
+    [
+        ("auto", None),
+        ("", None),
+        (" 0.05 ", 0.05),
+        ("1/8", 0.125),
+        ("1/sqrt(512)", 512**-0.5),
+        ("1/√64", 0.125),
+        ("sqrt(2)", 2**0.5),
+        ("10", 10.0),
+    ],
+)
 def test_parse_multiplier_reads_numbers_fractions_and_roots(text, value):
     assert ch.parse_multiplier(text) == (None if value is None else pytest.approx(value))
 
@@ -375,8 +390,9 @@ def test_training_text_says_what_the_results_file_shows():
     rows = experiments.load(score_scaling.NAME)["rows"]
 
     def final(d_k, scaled, key="final_loss"):
-        runs = sorted((r for r in rows if (r["d_k"], r["scaled"]) == (d_k, scaled)),
-                      key=lambda r: r["seed"])  # fmt: skip
+        runs = sorted(
+            (r for r in rows if (r["d_k"], r["scaled"]) == (d_k, scaled)), key=lambda r: r["seed"]
+        )
         return torch.tensor([r[key] for r in runs], dtype=torch.float64)
 
     gaps = {d: final(d, False) - final(d, True) for d in score_scaling.D_K}

@@ -191,8 +191,12 @@ def test_alignment_explorer_live_runs_typed_digits(trained, alignment):
     assert explorer.status.value == "" and "9 8 7 6 5 4 3 2 1 0" in explorer.view.value
     box.value = "1 2 3"
     good = explorer.view.value
-    for bad, says in [("1 2 x", "digits separated by spaces"), ("12 3", "digits separated"),
-                      ("1 2", "3..10 digits"), (" ".join("1" * 11), "3..10 digits")]:  # fmt: skip
+    for bad, says in [
+        ("1 2 x", "digits separated by spaces"),
+        ("12 3", "digits separated"),
+        ("1 2", "3..10 digits"),
+        (" ".join("1" * 11), "3..10 digits"),
+    ]:
         box.value = bad
         assert says in explorer.status.value and 'role="alert"' in explorer.status.value, bad
         assert explorer.view.value == good  # the last picture stays

@@ -201,9 +201,14 @@ def test_matplotlib_heatmap_labels_and_annotations():
 def test_matplotlib_heatmap_labels_every_nth_tick_of_a_large_matrix():
     table = torch.rand(100, 64)
     ax = plots.heatmap(
-        None, table, [str(i) for i in range(100)], [f"d{j}" for j in range(64)],
-        annotate=False, tick_every=(20, 16), aspect="auto",
-    )  # fmt: skip
+        None,
+        table,
+        [str(i) for i in range(100)],
+        [f"d{j}" for j in range(64)],
+        annotate=False,
+        tick_every=(20, 16),
+        aspect="auto",
+    )
     assert [t.get_text() for t in ax.get_xticklabels()] == ["d0", "d16", "d32", "d48"]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["0", "20", "40", "60", "80"]
     assert ax.get_aspect() == "auto"
@@ -300,15 +305,18 @@ def test_table_is_well_formed_escaped_and_checked():
 
 
 def test_vectors_draw_labelled_arrows_on_a_fixed_scale():
-    svg = plots.svg_vectors(
-        [[1.0, 0.0], [0.0, 2.0], [-1.0, -1.0]],
-        ["q", "k", "<c>"],
-        highlight=1,
-        extent=2.5,
-        circle=1.0,
-        title="Vectors",
-        size=200,
-    )
+    def draw():
+        return plots.svg_vectors(
+            [[1.0, 0.0], [0.0, 2.0], [-1.0, -1.0]],
+            ["q", "k", "<c>"],
+            highlight=1,
+            extent=2.5,
+            circle=1.0,
+            title="Vectors",
+            size=200,
+        )
+
+    svg = draw()
     root = parse(svg)
     assert_accessible(root)
     assert texts(root) == ["Vectors", "q", "k", "<c>"]  # escaped in markup, intact here
@@ -323,10 +331,7 @@ def test_vectors_draw_labelled_arrows_on_a_fixed_scale():
     assert float(lines[0].get("x2")) > float(lines[0].get("x1"))
     assert float(lines[1].get("x2")) == float(lines[1].get("x1"))
     assert float(lines[1].get("y2")) < float(lines[1].get("y1"))
-    assert svg == plots.svg_vectors(
-        [[1.0, 0.0], [0.0, 2.0], [-1.0, -1.0]], ["q", "k", "<c>"], highlight=1, extent=2.5,
-        circle=1.0, title="Vectors", size=200,
-    )  # fmt: skip
+    assert svg == draw()  # the same arguments, the same picture
 
 
 def test_vectors_refuse_bad_input():

@@ -267,8 +267,16 @@ class Oracle(Transformer):
     except for sources whose length makes `wrong(length)` true (last digit changed)."""
 
     def __init__(self, task: DigitTask, wrong=lambda length: False):
-        super().__init__(task.vocab_size, task.vocab_size, d_model=16, n_heads=2, n_layers=1,
-                         d_ff=8, max_len=64, pad_id=PAD)  # fmt: skip
+        super().__init__(
+            task.vocab_size,
+            task.vocab_size,
+            d_model=16,
+            n_heads=2,
+            n_layers=1,
+            d_ff=8,
+            max_len=64,
+            pad_id=PAD,
+        )
         self.task, self.wrong = task, wrong
 
     def encode(self, src, src_mask=None):

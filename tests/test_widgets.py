@@ -257,8 +257,9 @@ def test_static_mode_without_live_controls_has_no_hint_and_is_unchanged():
 
 
 def test_marks_name_their_value_in_the_static_labels():
-    control = slider("s", [0.5, 2**-0.5, 1.0], "S", fmt="{:.2f}", live=(0.1, 2, 0.1),
-                     marks={"1/√2": 2**-0.5})  # fmt: skip
+    control = slider(
+        "s", [0.5, 2**-0.5, 1.0], "S", fmt="{:.2f}", live=(0.1, 2, 0.1), marks={"1/√2": 2**-0.5}
+    )
     assert control.labels == ("0.50", "0.71 (1/√2)", "1.00")
 
 
@@ -310,18 +311,26 @@ def test_live_input_that_cannot_be_read_says_why_and_keeps_the_picture():
 
 
 def test_live_mode_refuses_frames_that_break_the_rules_and_a_broken_start():
-    big = Explorer(lambda s: "x" * int(100 * s), [slider("s", [1, 2], "S", live=(1, 9, 1))],
-                   live=True, max_frame_chars=300)  # fmt: skip
+    big = Explorer(
+        lambda s: "x" * int(100 * s),
+        [slider("s", [1, 2], "S", live=(1, 9, 1))],
+        live=True,
+        max_frame_chars=300,
+    )
     big.controls[0].value = 5
     assert "max_frame_chars=300" in big.status.value and big.view.value == "x" * 100
     with pytest.raises(ValueError, match="initial values were refused"):
-        Explorer(render_live, [dropdown("query", ["1"], "Q", typed=parse_pair),
-                               slider("scale", [1.0], "S")], live=True)  # fmt: skip
+        Explorer(
+            render_live,
+            [dropdown("query", ["1"], "Q", typed=parse_pair), slider("scale", [1.0], "S")],
+            live=True,
+        )
 
 
 def test_live_mode_of_plain_controls_renders_on_index_changes():
-    explorer = Explorer(render_two, [dropdown("token", ["a", "b"], "Token"), toggle("on", "On")],
-                        live=True)  # fmt: skip
+    explorer = Explorer(
+        render_two, [dropdown("token", ["a", "b"], "Token"), toggle("on", "On")], live=True
+    )
     token, on = explorer.controls
     assert isinstance(token, widgets.Dropdown) and isinstance(on, widgets.ToggleButtons)
     on.index = 1
