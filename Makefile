@@ -9,9 +9,9 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 MAKEFLAGS += --no-print-directory
 # Python writes its bytecode caches (in .venv and in our folders, all git-ignored). Where
-# PYTHONDONTWRITEBYTECODE is set, as on the CI machine, each process compiled torch and the rest
-# from source every time it imported them: `import torch, matplotlib.pyplot` took 10.7 s instead of
-# 4.8 s, in each of the test suite's Python processes (test workers, kernels, book builds).
+# PYTHONDONTWRITEBYTECODE is set, as on the CI machine, every one of the test suite's Python
+# processes (test workers, kernels, book builds) would compile torch and the rest from source
+# again each time it imports them.
 unexport PYTHONDONTWRITEBYTECODE
 
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
@@ -34,11 +34,11 @@ NBVAL_FLAGS := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-ce
 # (nproc would count OMP_NUM_THREADS, a thread count, as the cores: not here.)
 JOBS ?= $(shell env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 2)
 XDIST := $(if $(filter 1,$(JOBS)),,-n $(JOBS))
-# One torch thread for each test process when there is one process per core: with two threads
-# each, the package tests took 113 s against 99 s on 2 cores.
+# One torch thread for each test process when there is one process per core: more threads than
+# cores only make the processes wait for each other.
 ONE_THREAD_EACH := $(if $(XDIST),OMP_NUM_THREADS=1)
 # Every pytest process (the controller and each worker) imports every installed pytest plugin;
-# each stage turns off those it does not use (nbval imports jupyter_client: about 1 s a process).
+# each stage turns off those it does not use (nbval, for one, imports jupyter_client).
 NOT_NBVAL := -p no:nbval
 NOT_HYPOTHESIS := -p no:hypothesispytest
 NOT_ANYIO := -p no:anyio
@@ -53,7 +53,7 @@ FIND_CHROMIUM = { if [ -n "$${CHROMIUM:-}" ]; then echo "$$CHROMIUM"; \
 	else command -v chromium || command -v chromium-browser || true; fi; }
 
 .PHONY: help book assets setup test lint unit slow package nbval book-strict browser live chromium npm lab notebooks experiments \
-	serve bench mutants constraints clean distclean
+	serve bench constraints clean distclean
 
 help: ## this list
 	@grep -E '^[a-z%-]+:.*## ' $(firstword $(MAKEFILE_LIST)) \
@@ -64,10 +64,10 @@ help: ## this list
 # One call installs torch, pinned, with everything else (one resolution; a bare "torch", or a
 # range admitting a newer release, would pull a CUDA build of several GB). With TORCH_INDEX_URL,
 # torch comes first from that index. The installer is uv (pinned in constraints.txt, itself
-# pip-installed into .venv): the same pins, unpacked in parallel (measured on this 2-core machine,
-# caches cold: 16 s, against 109 s for pip). uv does not read pip's configuration, so pip's
-# find-links (a wheel of torch kept on disk, say) is passed on. If uv cannot install, pip does
-# (--no-compile: Python compiles what it imports, when it does).
+# pip-installed into .venv): the same pins, unpacked in parallel, several times faster than pip.
+# uv does not read pip's configuration, so pip's find-links (a wheel of torch kept on disk, say)
+# is passed on. If uv cannot install, pip does (--no-compile: Python compiles what it imports,
+# when it does).
 UV_VERSION := $(shell sed -n 's/^uv==//p' constraints.txt)
 PIP_FIND_LINKS = $(shell $(PYTHON) -m pip config list 2>/dev/null \
 	| sed -n "s/^[^=]*find-links='\(.*\)'$$/\1/p" | tr ' ' '\n' | sort -u)
@@ -168,9 +168,6 @@ slow: $(VENV_STAMP) ## the package tests marked slow (training runs, notebook ex
 # unit and slow in one run: one start-up, and the slow tests share the processes with the quick ones.
 package: $(VENV_STAMP) ## all the package tests, quick and slow (what `make test` runs)
 	$(ONE_THREAD_EACH) $(PY) -m pytest tests --ignore=tests/browser --ignore=tests/live $(NOT_NBVAL) $(NOT_ANYIO) $(XDIST) --durations=10
-
-mutants: $(VENV_STAMP) ## plant bugs in the core modules and check the tests catch every one
-	$(PY) tools/mutants.py
 
 # One thread, as `make notebooks` executes them (tools/execute_notebooks.py): chapter 9 trains its
 # model in the notebook, and what it learns depends on the thread count (sums in another order).

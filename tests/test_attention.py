@@ -518,12 +518,17 @@ def test_recording_attention_last_call_wins():
     assert_close(recorded["self"], mha(second, second, second)[1], **TOL)
 
 
-def assert_cleaned_up(model):
+def assert_cleaned_up(model, *recorded):
+    """After a block, every attention module answers as it did before (need_weights=False gives
+    no weights), and the dicts the block filled (`recorded`) are filled no more."""
+    kept = [dict(r) for r in recorded]
     for module in model.modules():
-        assert not module._forward_hooks
         if isinstance(module, MultiHeadAttention):
-            assert module.record_weights is False
-            assert module.last_weights is None
+            x = torch.randn(1, 4, module.d_model)
+            assert module(x, x, x, need_weights=False)[1] is None
+    for now, before in zip(recorded, kept, strict=True):
+        assert now.keys() == before.keys()
+        assert all(now[name] is before[name] for name in before)
 
 
 def test_recording_attention_cleans_up_after_the_block():
@@ -540,9 +545,19 @@ def test_recording_attention_cleans_up_after_the_block():
 
 def test_recording_attention_cleans_up_after_an_error():
     model = TwoAttentions().eval()
-    with pytest.raises(RuntimeError, match="boom"), recording_attention(model):
+    with pytest.raises(RuntimeError, match="boom"), recording_attention(model) as recorded:
         raise RuntimeError("boom")
-    assert_cleaned_up(model)
+    assert_cleaned_up(model, recorded)
+
+
+def test_recording_attention_hands_the_caller_what_it_asked_for():
+    mha = MultiHeadAttention(8, 2).eval()
+    x = torch.randn(1, 3, 8)
+    with recording_attention(mha) as outer, recording_attention(mha) as inner:
+        assert mha(x, x, x, need_weights=False)[1] is None
+        assert mha(x, x, x, None, False)[1] is None  # need_weights passed by position
+        assert_close(mha(x, x, x)[1], inner["self"], rtol=0, atol=0)
+    assert_close(outer["self"], inner["self"], rtol=0, atol=0)
 
 
 def test_recording_attention_nested_blocks():
@@ -555,7 +570,7 @@ def test_recording_attention_nested_blocks():
         model(y[:, :3], memory)  # the outer block still records after the inner one ended
         assert outer["self_attn"].shape == (2, 2, 3, 3)
         assert outer["cross_attn"].shape == (2, 4, 3, 7)
-    assert_cleaned_up(model)
+    assert_cleaned_up(model, outer, inner)
 
 
 def test_recording_attention_refuses_non_modules():
@@ -576,7 +591,7 @@ def test_recording_attention_inputs_are_the_tensors_passed_in():
     y1 = y + model.self_attn(y, y, y, mask=causal_mask(5))[0]
     assert inputs["cross_attn"]["q"] is not y
     assert_close(inputs["cross_attn"]["q"], y1, **TOL)
-    assert_cleaned_up(model)  # and the weights were not recorded on the way
+    assert_cleaned_up(model, inputs)
 
 
 def test_recording_attention_inputs_and_weights_together():
@@ -586,7 +601,7 @@ def test_recording_attention_inputs_and_weights_together():
         mha(query=query, key=memory, value=memory)  # keywords: the projections still see them
     assert inputs["self"]["q"] is query and inputs["self"]["v"] is memory
     assert weights["self"].shape == (1, 2, 3, 4)
-    assert_cleaned_up(mha)
+    assert_cleaned_up(mha, inputs, weights)
 
 
 @pytest.mark.parametrize(

@@ -23,9 +23,17 @@ ATOL = 1e-5  # float32 rounding: the cached step sums in another order than the 
 def model_and_source(norm_first: bool, attn_score: str | None = None, seed: int = 0):
     torch.manual_seed(seed)
     model = Transformer(
-        12, 11, d_model=32, n_heads=4, n_layers=2, d_ff=64, dropout=0.1, max_len=24,
-        norm_first=norm_first, attn_score=attn_score,
-    )  # fmt: skip
+        12,
+        11,
+        d_model=32,
+        n_heads=4,
+        n_layers=2,
+        d_ff=64,
+        dropout=0.1,
+        max_len=24,
+        norm_first=norm_first,
+        attn_score=attn_score,
+    )
     src = torch.randint(3, 12, (4, 9))
     src[1, 6:] = PAD  # padded sources: the cross-attention mask matters
     src[3, 3:] = PAD
@@ -111,7 +119,7 @@ def bad_calls():
         ("token", ValueError, lambda: decode_step(model, cache, token + 20)),
         ("max_len", ValueError, lambda: greedy_decode_cached(model, src, 24, BOS, EOS)),
         ("bos_id", ValueError, lambda: greedy_decode_cached(model, src, 5, PAD, EOS)),
-    ]  # fmt: skip
+    ]
 
 
 @pytest.mark.parametrize("index", range(12))

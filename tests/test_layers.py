@@ -271,14 +271,30 @@ def test_decoder_forward_steps_end_in_forward(norm_first):
     names = [name for name, _ in steps]
     if norm_first:
         assert names == [
-            "input", "norm1", "self_attn", "add1", "norm2", "cross_attn", "add2",
-            "norm3", "ff", "add3",
-        ]  # fmt: skip
+            "input",
+            "norm1",
+            "self_attn",
+            "add1",
+            "norm2",
+            "cross_attn",
+            "add2",
+            "norm3",
+            "ff",
+            "add3",
+        ]
     else:
         assert names == [
-            "input", "self_attn", "add1", "norm1", "cross_attn", "add2", "norm2",
-            "ff", "add3", "norm3",
-        ]  # fmt: skip
+            "input",
+            "self_attn",
+            "add1",
+            "norm1",
+            "cross_attn",
+            "add2",
+            "norm2",
+            "ff",
+            "add3",
+            "norm3",
+        ]
     assert all(t.shape == (B, T, D_MODEL) for _, t in steps)
     s = dict(steps)
     before_cross = s["norm2"] if norm_first else s["norm1"]

@@ -23,21 +23,13 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from ._validation import (
-    check_greedy_decode,
-    check_mask,
-    check_same,
-    check_sequence,
-    check_tensor,
-    checked,
-)
-from .attention import MultiHeadAttention, masked_softmax, merge_heads, split_heads
+from ._validation import check_mask, check_same, check_sequence, check_tensor, checked
+from .attention import MultiHeadAttention, merge_heads, split_heads
 from .layers import DecoderLayer
 from .masks import token_padding_mask
-from .model import Transformer
+from .model import Transformer, _check_greedy_decode
 
 
 @dataclass(frozen=True)
@@ -78,12 +70,7 @@ def attend(
         -> (B, T, d_model)
     """
     q = split_heads(attn.q_proj(x), attn.n_heads)  # (B, h, T, d_k)
-    if attn.score is not None:  # chapter 7's scorers
-        heads = masked_softmax(attn.score(q, k), mask) @ v  # (B, h, T, d_k)
-    else:
-        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scale)
-        if mask is not None:  # a row with every key blocked gets zero output, as in attention.py
-            heads = heads.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    heads, _ = attn.attend(q, k, v, mask, need_weights=False)  # (B, h, T, d_k)
     return attn.out_proj(merge_heads(heads))  # (B, T, d_model)
 
 
@@ -209,7 +196,7 @@ def decode_step(
     return logits, DecoderCache(tokens, tuple(layers), cache.memory_mask)
 
 
-@checked(check_greedy_decode)
+@checked(_check_greedy_decode)
 def greedy_decode_cached(
     model: Transformer, src: Tensor, max_len: int, bos_id: int, eos_id: int
 ) -> Tensor:

@@ -22,12 +22,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._validation import (
-    check_decoder_layer,
-    check_encoder_layer,
-    check_feed_forward,
-    check_feed_forward_config,
-    check_layer_config,
+    check_activation,
+    check_finite,
+    check_like_parameters,
+    check_mask,
     check_positive_float,
+    check_positive_int,
+    check_probability,
+    check_same,
+    check_sequence,
+    check_tensor,
     checked,
 )
 from .attention import MultiHeadAttention
@@ -96,13 +100,22 @@ class FeedForward(nn.Module):
         bias: bool = True,
     ):
         super().__init__()
-        check_feed_forward_config(d_model, d_ff, dropout, activation, ACTIVATIONS)
+        check_positive_int("d_model", d_model)
+        check_positive_int("d_ff", d_ff)
+        check_activation(activation, ACTIVATIONS)
+        check_probability("dropout", dropout)
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # W_1: d_model -> d_ff
         self.activation = ACTIVATIONS[activation] if isinstance(activation, str) else activation
         self.dropout = nn.Dropout(float(dropout))
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W_2: d_ff -> d_model
 
-    @checked(check_feed_forward)
+    def _check_forward(self, x: Tensor) -> None:
+        check_tensor("x", x, min_ndim=1, floating=True)
+        check_same("x", x.shape[-1], self.linear1.in_features, "feature size d_model =")
+        check_like_parameters("x", x, self.linear1.weight)
+        check_finite("x", x)
+
+    @checked(_check_forward)
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
 
@@ -127,7 +140,10 @@ class _Layer(nn.Module):
         attn_scale: float | None = None,
     ):
         super().__init__()
-        check_layer_config(dropout, layer_norm_eps)
+        # The other arguments reach MultiHeadAttention and FeedForward, which check them.
+        check_probability("dropout", dropout)
+        # nn.LayerNorm takes eps <= 0 and returns NaN on a constant row: refuse it here.
+        check_positive_float("layer_norm_eps", layer_norm_eps)
         dropout = float(dropout)
         self.d_model = d_model
         self.norm_first = bool(norm_first)
@@ -186,7 +202,13 @@ class EncoderLayer(_Layer):
     def _ff_block(self, x: Tensor) -> Tensor:
         return self.dropout2(self.ff(x))
 
-    @checked(check_encoder_layer)
+    def _check_forward(self, x: Tensor, mask: Tensor | None = None) -> None:
+        check_sequence("x", x, self.d_model, self.ff.linear1.weight)
+        if mask is not None:
+            B, T, _ = x.shape
+            check_mask("mask", mask, (B, self.self_attn.n_heads, T, T), x.device)
+
+    @checked(_check_forward)
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         if self.norm_first:
             # Pre-LN:  X' = X + MHA(LayerNorm(X)),  X_out = X' + FFN(LayerNorm(X'))
@@ -198,7 +220,7 @@ class EncoderLayer(_Layer):
             x = self.norm2(x + self._ff_block(x))
         return x
 
-    @checked(check_encoder_layer)
+    @checked(_check_forward)
     def forward_steps(self, x: Tensor, mask: Tensor | None = None) -> Steps:
         """The same computation as `forward`, returning every intermediate tensor in order.
 
@@ -242,7 +264,25 @@ class DecoderLayer(_Layer):
     def _ff_block(self, y: Tensor) -> Tensor:
         return self.dropout3(self.ff(y))
 
-    @checked(check_decoder_layer)
+    def _check_forward(
+        self,
+        y: Tensor,
+        memory: Tensor,
+        self_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+    ) -> None:
+        check_sequence("y", y, self.d_model, self.ff.linear1.weight)
+        check_sequence("memory", memory, self.d_model, self.ff.linear1.weight)
+        check_same("memory", memory.shape[0], y.shape[0], "batch size equal to y's")
+        B, T, _ = y.shape
+        S = memory.shape[1]
+        h = self.self_attn.n_heads
+        if self_mask is not None:
+            check_mask("self_mask", self_mask, (B, h, T, T), y.device)
+        if memory_mask is not None:
+            check_mask("memory_mask", memory_mask, (B, h, T, S), y.device)
+
+    @checked(_check_forward)
     def forward(
         self,
         y: Tensor,
@@ -266,7 +306,7 @@ class DecoderLayer(_Layer):
             y = self.norm3(y + self._ff_block(y))
         return y
 
-    @checked(check_decoder_layer)
+    @checked(_check_forward)
     def forward_steps(
         self,
         y: Tensor,

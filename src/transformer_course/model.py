@@ -17,15 +17,12 @@ import torch
 from torch import Tensor, nn
 
 from ._validation import (
-    check_decode,
-    check_decoder,
-    check_encoder,
-    check_greedy_decode,
+    check_mask,
     check_positive_int,
-    check_source,
-    check_target,
-    check_transformer,
-    check_transformer_config,
+    check_same,
+    check_sequence,
+    check_token_id,
+    check_tokens,
     checked,
 )
 from .layers import DecoderLayer, EncoderLayer, ScoreFactory
@@ -59,6 +56,10 @@ class _Stack(nn.Module):
         self.layers = nn.ModuleList(self.layer_class(*args, **attention) for _ in range(n_layers))
         self.norm = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias) if final_norm else None
 
+    def _check_forward(self, *args, **kwargs) -> None:
+        # The arguments of its layers (the errors name this call's arguments).
+        self.layers[0]._check_forward(*args, **kwargs)
+
 
 class Encoder(_Stack):
     """A stack of n_layers EncoderLayers, with an optional final LayerNorm.
@@ -74,7 +75,7 @@ class Encoder(_Stack):
 
     layer_class = EncoderLayer
 
-    @checked(check_encoder)
+    @checked(_Stack._check_forward)
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         for layer in self.layers:
             x = layer(x, mask)  # (B, S, d_model)
@@ -91,7 +92,7 @@ class Decoder(_Stack):
 
     layer_class = DecoderLayer
 
-    @checked(check_decoder)
+    @checked(_Stack._check_forward)
     def forward(
         self,
         y: Tensor,
@@ -151,16 +152,22 @@ class Transformer(nn.Module):
         attn_scale: float | None = None,
     ):
         super().__init__()
-        check_transformer_config(
-            src_vocab,
-            tgt_vocab,
-            d_model,
-            max_len,
-            pad_id,
-            share_embeddings,
-            n_encoder_layers,
-            n_decoder_layers,
-        )
+        # The other arguments are checked by the modules built from them.
+        check_positive_int("src_vocab", src_vocab)
+        check_positive_int("tgt_vocab", tgt_vocab)
+        check_positive_int("d_model", d_model)
+        check_positive_int("max_len", max_len)
+        check_token_id("pad_id", pad_id, min(src_vocab, tgt_vocab))
+        if share_embeddings and src_vocab != tgt_vocab:
+            raise ValueError(
+                "share_embeddings: needs src_vocab == tgt_vocab, "
+                f"got src_vocab={src_vocab} and tgt_vocab={tgt_vocab}"
+            )
+        # Checked under their own names: Encoder and Decoder would call either one n_layers.
+        if n_encoder_layers is not None:
+            check_positive_int("n_encoder_layers", n_encoder_layers)
+        if n_decoder_layers is not None:
+            check_positive_int("n_decoder_layers", n_decoder_layers)
         self.src_vocab = src_vocab
         self.tgt_vocab = tgt_vocab
         self.d_model = d_model
@@ -203,7 +210,32 @@ class Transformer(nn.Module):
             if p.dim() > 1 and not name.startswith("positional."):
                 nn.init.xavier_uniform_(p)
 
-    @checked(check_source)
+    def _check_source(self, src: Tensor, src_mask: Tensor | None = None) -> None:
+        check_tokens("src", src, self.src_vocab, self.max_len, self.src_embed.weight.device)
+        if src_mask is not None:
+            B, S = src.shape
+            n_heads = self.encoder.layers[0].self_attn.n_heads
+            check_mask("src_mask", src_mask, (B, n_heads, S, S), src.device)
+
+    def _check_target(self, tgt: Tensor) -> None:
+        check_tokens("tgt", tgt, self.tgt_vocab, self.max_len, self.src_embed.weight.device)
+
+    def _check_decode(self, tgt: Tensor, memory: Tensor, memory_mask: Tensor | None = None) -> None:
+        self._check_target(tgt)
+        check_sequence("memory", memory, self.d_model, self.lm_head.weight)
+        check_same("memory", memory.shape[0], tgt.shape[0], "batch size equal to tgt's")
+        if memory_mask is not None:
+            (B, T), S = tgt.shape, memory.shape[1]
+            n_heads = self.decoder.layers[0].cross_attn.n_heads
+            check_mask("memory_mask", memory_mask, (B, n_heads, T, S), tgt.device)
+
+    def _check_forward(self, src: Tensor, tgt: Tensor) -> None:
+        # The tokens, once: the calls forward makes trust them.
+        self._check_source(src)
+        self._check_target(tgt)
+        check_same("tgt", tgt.shape[0], src.shape[0], "batch size equal to src's")
+
+    @checked(_check_source)
     def source_mask(self, src: Tensor) -> Tensor:
         """Mask of the encoder self-attention and of cross-attention: no attending to padding.
 
@@ -212,7 +244,7 @@ class Transformer(nn.Module):
         """
         return token_padding_mask(src, self.pad_id)  # (B, 1, 1, S)
 
-    @checked(check_target)
+    @checked(_check_target)
     def target_mask(self, tgt: Tensor) -> Tensor:
         """Mask of the decoder self-attention: causal (no peeking ahead) and no padding.
 
@@ -225,7 +257,7 @@ class Transformer(nn.Module):
             token_padding_mask(tgt, self.pad_id),  # (B, 1, 1, T)
         )  # (B, 1, T, T)
 
-    @checked(check_source)
+    @checked(_check_source)
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Encoder output ("memory") for source tokens; src_mask defaults to `source_mask(src)`.
 
@@ -238,7 +270,7 @@ class Transformer(nn.Module):
         x = self.positional(self.src_embed(src) * math.sqrt(self.d_model))  # (B, S, d_model)
         return self.encoder(x, src_mask)  # (B, S, d_model)
 
-    @checked(check_decode)
+    @checked(_check_decode)
     def decode(self, tgt: Tensor, memory: Tensor, memory_mask: Tensor | None = None) -> Tensor:
         """Next-token logits at every target position, given the encoder output.
 
@@ -255,7 +287,7 @@ class Transformer(nn.Module):
         y = self.decoder(y, memory, self.target_mask(tgt), memory_mask)  # (B, T, d_model)
         return self.lm_head(y)  # (B, T, tgt_vocab)
 
-    @checked(check_transformer)
+    @checked(_check_forward)
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         """Teacher forcing: logits for every target position in one pass.
 
@@ -267,7 +299,25 @@ class Transformer(nn.Module):
         return self.decode(tgt, memory, src_mask)  # (B, T, tgt_vocab)
 
 
-@checked(check_greedy_decode)
+def _check_greedy_decode(
+    model: Transformer, src: Tensor, max_len: int, bos_id: int, eos_id: int
+) -> None:
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model: expected a Transformer, got {type(model).__name__}")
+    check_positive_int("max_len", max_len)
+    if max_len + 1 > model.max_len:
+        raise ValueError(
+            f"max_len: expected at most model.max_len - 1 = {model.max_len - 1} "
+            f"(BOS takes a position), got {max_len}"
+        )
+    check_token_id("bos_id", bos_id, model.tgt_vocab)
+    check_token_id("eos_id", eos_id, model.tgt_vocab)
+    if bos_id == model.pad_id:
+        raise ValueError(f"bos_id: must differ from model.pad_id={model.pad_id}, got {bos_id}")
+    model._check_source(src)
+
+
+@checked(_check_greedy_decode)
 def greedy_decode(
     model: Transformer, src: Tensor, max_len: int, bos_id: int, eos_id: int
 ) -> Tensor:

@@ -489,9 +489,11 @@ def svg_vectors(
         raise ValueError(f"vectors: expected shape (n, 2), got {v.shape}")
     n = v.shape[0]
     labels = _check_labels("labels", labels, n)
-    colours = list(colours) if colours is not None else [
-        VECTOR_COLOURS[i % len(VECTOR_COLOURS)] for i in range(n)
-    ]  # fmt: skip
+    colours = (
+        list(colours)
+        if colours is not None
+        else [VECTOR_COLOURS[i % len(VECTOR_COLOURS)] for i in range(n)]
+    )
     if len(colours) != n:
         raise ValueError(f"colours: expected {n} colours, got {len(colours)}")
     if highlight is not None and not (0 <= highlight < n):
@@ -764,8 +766,15 @@ def heatmap(
         for i in range(rows):
             for j in range(cols):
                 ink = text_colour(colour(m[i, j], vmin, vmax, cmap))
-                ax.text(j, i, _format(m[i, j], decimals), ha="center", va="center",
-                        fontsize=9, color=ink)  # fmt: skip
+                ax.text(
+                    j,
+                    i,
+                    _format(m[i, j], decimals),
+                    ha="center",
+                    va="center",
+                    fontsize=9,
+                    color=ink,
+                )
     if colorbar:
         ax.figure.colorbar(image, ax=ax, shrink=0.8)
     if caption:
@@ -929,10 +938,16 @@ def band_plot(
         for k, (name, table) in enumerate(tables.items())
     }
     ax = line_plot(
-        ax, xs, {label: table.mean(axis=0) for label, (table, _, _) in looks.items()},
-        xlabel=xlabel, ylabel=ylabel, title=title, logx=logx, markers=False,
+        ax,
+        xs,
+        {label: table.mean(axis=0) for label, (table, _, _) in looks.items()},
+        xlabel=xlabel,
+        ylabel=ylabel,
+        title=title,
+        logx=logx,
+        markers=False,
         styles={label: {"color": c, "linestyle": dash} for label, (_, c, dash) in looks.items()},
-    )  # fmt: skip
+    )
     for table, colour_k, _ in looks.values():
         ax.fill_between(xs, table.min(axis=0), table.max(axis=0), color=colour_k, alpha=0.2)
     return ax
@@ -968,8 +983,15 @@ def runs_panels(
     if not panels or not all(panels.values()):
         raise ValueError("panels: expected at least one setting with at least one run, got none")
     nrows = math.ceil(len(panels) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.0 * nrows), sharex=True,
-                             sharey=True, layout="constrained", squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        nrows,
+        ncols,
+        figsize=(4.6 * ncols, 3.0 * nrows),
+        sharex=True,
+        sharey=True,
+        layout="constrained",
+        squeeze=False,
+    )
     for ax, (setting, runs) in zip(axes.flat, panels.items(), strict=False):
         for k, (run, ys) in enumerate(runs.items()):
             ys = _as_vector(f"panels[{setting!r}][{run!r}]", ys)

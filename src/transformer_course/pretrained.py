@@ -209,9 +209,12 @@ class SentenceEncoder(nn.Module):
             raise TypeError(f"config: expected a BertConfig, got {type(config).__name__}")
         self.config = config
         self.embeddings = BertEmbeddings(
-            config.vocab_size, config.max_len, config.n_segments, config.d_model,
+            config.vocab_size,
+            config.max_len,
+            config.n_segments,
+            config.d_model,
             config.layer_norm_eps,
-        )  # fmt: skip
+        )
         self.encoder = Encoder(
             config.n_layers,
             config.d_model,

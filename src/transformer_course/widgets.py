@@ -195,22 +195,36 @@ class Control:
         if self.live is not None:
             lo, hi, step = self.live
             return widgets.FloatSlider(
-                value=self.values[self.initial], min=lo, max=hi, step=step,
-                description=self.description, style=style, continuous_update=True,
-                readout_format=".3g", layout={"width": "340px"},
-            )  # fmt: skip
+                value=self.values[self.initial],
+                min=lo,
+                max=hi,
+                step=step,
+                description=self.description,
+                style=style,
+                continuous_update=True,
+                readout_format=".3g",
+                layout={"width": "340px"},
+            )
         if self.kind == "text":
             return widgets.Text(
-                value=self.labels[0], description=self.description, style=style,
-                continuous_update=False, layout={"width": "340px"},
-            )  # fmt: skip
+                value=self.labels[0],
+                description=self.description,
+                style=style,
+                continuous_update=False,
+                layout={"width": "340px"},
+            )
         if self.kind == "dropdown" and self.parse is not None:
             # A drop-down that also takes any typed text; the value arrives on Enter or blur.
             return widgets.Combobox(
-                value=self.labels[self.initial], options=list(self.labels), ensure_option=False,
-                description=self.description, style=style, continuous_update=False,
-                placeholder=self.labels[self.initial], layout={"width": "340px"},
-            )  # fmt: skip
+                value=self.labels[self.initial],
+                options=list(self.labels),
+                ensure_option=False,
+                description=self.description,
+                style=style,
+                continuous_update=False,
+                placeholder=self.labels[self.initial],
+                layout={"width": "340px"},
+            )
         return self.make_widget()
 
     def read(self, widget: widgets.Widget) -> Any:
@@ -476,9 +490,10 @@ class Explorer(widgets.VBox):
             row.append(control)
             for mark, at in spec.marks:
                 button = widgets.Button(
-                    description=mark, tooltip=f"{spec.description} = {at:.3g}",
+                    description=mark,
+                    tooltip=f"{spec.description} = {at:.3g}",
                     layout={"width": "auto"},
-                )  # fmt: skip
+                )
                 button.on_click(lambda _, control=control, at=at: setattr(control, "value", at))
                 row.append(button)
             control.observe(self.refresh, names="value" if spec.has_live_mode else "index")

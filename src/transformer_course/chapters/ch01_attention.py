@@ -69,10 +69,15 @@ def search_example() -> SearchExample:
     )
     contents = ("self-attention", "recurrent nets", "convolutions", "captions", "recipes")
     values = torch.tensor(  # (S, d_v=5): five content features against four title features
-        [[0.9, 0.1, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0, 0.0],
-         [0.3, 0.2, 0.2, 0.3, 0.0], [0.0, 0.0, 0.0, 0.0, 1.0]],
+        [
+            [0.9, 0.1, 0.0, 0.0, 0.0],
+            [0.0, 1.0, 0.0, 0.0, 0.0],
+            [0.0, 0.0, 1.0, 0.0, 0.0],
+            [0.3, 0.2, 0.2, 0.3, 0.0],
+            [0.0, 0.0, 0.0, 0.0, 1.0],
+        ],
         dtype=torch.float64,
-    )  # fmt: skip
+    )
     query = torch.tensor([1.0, 0.5, 0.0, 0.0], dtype=torch.float64)
     return SearchExample("attention for sequences", features, query, titles, keys, contents, values)
 
@@ -100,10 +105,14 @@ def top_keys(weights: Tensor, tokens: Sequence[str] = TOKENS, k: int = 3) -> str
 def sentence_figure(weights: Tensor):
     """The static heatmap of the sentence's attention weights (7, 7); returns the Axes."""
     return plots.heatmap(
-        None, weights, TOKENS, TOKENS,
+        None,
+        weights,
+        TOKENS,
+        TOKENS,
         title=f"Self-attention over “{SENTENCE}” (hand-made vectors)",
-        xlabel="key: the token attended to", ylabel="query: the token updating itself",
-    )  # fmt: skip
+        xlabel="key: the token attended to",
+        ylabel="query: the token updating itself",
+    )
 
 
 # --------------------------------------------------------------------------- complexity
@@ -116,16 +125,24 @@ def timing_figure(lengths: Sequence[int], attention_ms, gru_ms, d_model: int, th
     linear = gru_ms[-1] * n / n[-1]
     quadratic = attention_ms[-1] * (n / n[-1]) ** 2
     return plots.line_plot(
-        None, lengths,
-        {"self-attention layer": attention_ms, "GRU layer (nn.GRU)": gru_ms,
-         "∝ n (reference)": linear.tolist(), "∝ n² (reference)": quadratic.tolist()},
-        xlabel="sequence length n", ylabel="forward time (ms)",
+        None,
+        lengths,
+        {
+            "self-attention layer": attention_ms,
+            "GRU layer (nn.GRU)": gru_ms,
+            "∝ n (reference)": linear.tolist(),
+            "∝ n² (reference)": quadratic.tolist(),
+        },
+        xlabel="sequence length n",
+        ylabel="forward time (ms)",
         title=f"One layer, d = {d_model}, {threads} CPU thread" + ("" if threads == 1 else "s"),
-        logx=True, logy=True, dashed=("∝ n (reference)", "∝ n² (reference)"),
+        logx=True,
+        logy=True,
+        dashed=("∝ n (reference)", "∝ n² (reference)"),
         # Both references stay grey (they are not measurements); dotted against dashed tells them
         # apart in the legend, a little thicker so that the dots read as a line.
         styles={"∝ n² (reference)": {"linestyle": ":", "linewidth": 1.6}},
-    )  # fmt: skip
+    )
 
 
 # --------------------------------------------------------------------------- widgets
@@ -182,8 +199,15 @@ def tiny_explorer() -> Explorer:
             caption=f"q = ({query[0]:g}, {query[1]:g}), s = {scale:.3g}: o stays inside the hull.",
         )
 
-    scale = slider("scale", TINY_SCALES, "Scale s", fmt="{:.2f}", initial=3,
-                   live=(0.05, 5.0, 0.01), marks={"1/√d_k": 2**-0.5})  # fmt: skip
+    scale = slider(
+        "scale",
+        TINY_SCALES,
+        "Scale s",
+        fmt="{:.2f}",
+        initial=3,
+        live=(0.05, 5.0, 0.01),
+        marks={"1/√d_k": 2**-0.5},
+    )
     query = dropdown("query", TINY_PRESETS, "Query q", typed=parse_query)
     return Explorer(
         render,
@@ -208,17 +232,26 @@ def attention_explorer(scales: Sequence[float] = EXPLORER_SCALES) -> Explorer:
         }
         return plots.frame(
             plots.svg_heatmap(
-                weights, TOKENS, TOKENS, title=f"All weights at scale {scale:g}",
+                weights,
+                TOKENS,
+                TOKENS,
+                title=f"All weights at scale {scale:g}",
                 highlight_row=query,
             ),
             plots.svg_bars(row, TOKENS, title=f"“{TOKENS[query]}” attends to", highlight=largest)
             + plots.readout(readout),
-        )  # fmt: skip
+        )
 
     tokens = {f"{token} ({i + 1})": i for i, token in enumerate(TOKENS)}
     initial = list(scales).index(1.0) if 1.0 in scales else None
-    scale = slider("scale", scales, "Scale s (= 1/temperature)", fmt="{:g}", initial=initial,
-                   live=(0.05, 8.0, 0.05))  # fmt: skip
+    scale = slider(
+        "scale",
+        scales,
+        "Scale s (= 1/temperature)",
+        fmt="{:g}",
+        initial=initial,
+        live=(0.05, 8.0, 0.05),
+    )
     return Explorer(
         render,
         [dropdown("query", tokens, "Query token"), scale],
@@ -248,24 +281,37 @@ def saturation_explorer(scales: Sequence[float] = SATURATION_SCALES, query: int 
         entropies, largest = entropy(weights), weights.max(-1).values
         curve = {"logx": True, "width": 190, "height": 140, "marker": i, "xlabel": "scale"}
         return plots.frame(
-            plots.svg_bars(weights[i], TOKENS, highlight=int(weights[i].argmax()),
-                           title=f"softmax({scale:.3g} × scores of “{TOKENS[query]}”)"),
-            plots.svg_line(grid, entropies, title="Entropy", ylabel="nats", ymin=0.0,
-                           ymax=max_entropy, **curve),
-            plots.svg_line(grid, largest, title="Largest weight", ylabel="weight", ymin=0.0,
-                           ymax=1.0, **curve),
-            plots.svg_line(grid, norms, title="‖diag(a) − a aᵀ‖", ylabel="Frobenius norm",
-                           ymin=0.0, **curve),
+            plots.svg_bars(
+                weights[i],
+                TOKENS,
+                highlight=int(weights[i].argmax()),
+                title=f"softmax({scale:.3g} × scores of “{TOKENS[query]}”)",
+            ),
+            plots.svg_line(
+                grid, entropies, title="Entropy", ylabel="nats", ymin=0.0, ymax=max_entropy, **curve
+            ),
+            plots.svg_line(
+                grid, largest, title="Largest weight", ylabel="weight", ymin=0.0, ymax=1.0, **curve
+            ),
+            plots.svg_line(
+                grid, norms, title="‖diag(a) − a aᵀ‖", ylabel="Frobenius norm", ymin=0.0, **curve
+            ),
             caption=(
                 f"Scores of “{TOKENS[query]}”: "
                 + ", ".join(f"{t} {float(x):g}" for t, x in zip(TOKENS, scores, strict=True))
                 + f". Entropy {float(entropies[i]):.2f} nats (uniform: {max_entropy:.2f}), "
                 f"largest weight {float(largest[i]):.2f}, Jacobian norm {float(norms[i]):.3f}."
             ),
-        )  # fmt: skip
+        )
 
-    scale = slider("scale", scales, "Scale s", fmt="{:g}", initial=tuple(scales).index(1.0),
-                   live=(min(scales), max(scales), 0.05))  # fmt: skip
+    scale = slider(
+        "scale",
+        scales,
+        "Scale s",
+        fmt="{:g}",
+        initial=tuple(scales).index(1.0),
+        live=(min(scales), max(scales), 0.05),
+    )
     return Explorer(
         render,
         [scale],
@@ -342,15 +388,24 @@ def check_layer_costs(
         )
     return all_right(
         compare_number(
-            attention_cost, attn, name="attention_cost", what="the self-attention cost",
+            attention_cost,
+            attn,
+            name="attention_cost",
+            what="the self-attention cost",
             mistakes={"n² leaves out d: each of the n² scores is a dot product of length d": n * n},
         ),
         compare_number(
-            recurrent_cost, rnn, name="recurrent_cost", what="the recurrent cost",
+            recurrent_cost,
+            rnn,
+            name="recurrent_cost",
+            what="the recurrent cost",
             mistakes={"n leaves out d²: each of n steps multiplies a d×d matrix by a vector": n},
         ),
         compare_number(
-            break_even_n, d, name="break_even_n", what="the break-even length",
+            break_even_n,
+            d,
+            name="break_even_n",
+            what="the break-even length",
             hint="solve n²·d = n·d² for n.",
         ),
         message=(
@@ -358,4 +413,4 @@ def check_layer_costs(
             f"they are equal at n = d = {d}, so for sentences shorter than d self-attention is "
             "the cheaper layer"
         ),
-    )  # fmt: skip
+    )

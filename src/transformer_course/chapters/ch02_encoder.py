@@ -82,8 +82,10 @@ def stats_rows(x: Tensor, tokens: Sequence[str] = TOKENS) -> list[str]:
         raise ValueError(
             f"x: expected {len(tokens)} rows (one per token), got {len(stats['mean'])}"
         )
-    lines = [f"{t:>6} " + " ".join(f"{_rounded(float(stats[k][i]), 2):>7}" for k in stats)
-             for i, t in enumerate(tokens)]  # fmt: skip
+    lines = [
+        f"{t:>6} " + " ".join(f"{_rounded(float(stats[k][i]), 2):>7}" for k in stats)
+        for i, t in enumerate(tokens)
+    ]
     return [f"{'token':>6} {'mean':>7} {'std':>7} {'norm':>7}", *lines]
 
 
@@ -108,18 +110,27 @@ def depth_figure(grad: Mapping[str, Sequence[float]], rms: Mapping[str, Sequence
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.0, 3.6), layout="constrained")
     layers = list(range(n_layers + 1))
     plots.line_plot(
-        left, layers, grad, markers=False,
+        left,
+        layers,
+        grad,
+        markers=False,
         xlabel=f"layer l  (0 = the stack's input, {n_layers} = its output)",
         ylabel=r"$\|\partial L/\partial X_l\| \;/\; \|\partial L/\partial Y\|$",
-        title="Gradient reaching layer l", logy=True,
-    )  # fmt: skip
+        title="Gradient reaching layer l",
+        logy=True,
+    )
     # Ticks at 0.1, 0.2, 0.3, 0.5, 1, ...: readable plain numbers on the log axis.
     left.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 3.0, 5.0)))
     left.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     plots.line_plot(
-        right, layers, rms, markers=False, xlabel="layer l",
-        ylabel=r"RMS of the entries of $X_l$", title="Size of the residual stream",
-    )  # fmt: skip
+        right,
+        layers,
+        rms,
+        markers=False,
+        xlabel="layer l",
+        ylabel=r"RMS of the entries of $X_l$",
+        title="Size of the residual stream",
+    )
     right.set_ylim(bottom=0)
     fig.suptitle(f"{n_layers} encoder layers at initialisation (d_model = {d_model})", fontsize=12)
     return fig
@@ -147,11 +158,18 @@ STEP_FORMULAS = {
         "ff": ("FFN(LayerNorm(X'))", "the feed-forward network, on each token separately", "FFN"),
         "add2": ("X' + FFN(LayerNorm(X'))", "the output: no LayerNorm on the main path", "output"),
     },
-}  # fmt: skip
+}
 # The tensors on the main (residual) path; the others are side branches that get added to it.
 MAIN_PATH = {False: ("input", "norm1", "norm2"), True: ("input", "add1", "add2")}
-SHORT_NAMES = {"input": "input", "self_attn": "MHA", "add1": "add", "norm1": "LayerNorm",
-               "ff": "FFN", "add2": "add", "norm2": "LayerNorm"}  # fmt: skip
+SHORT_NAMES = {
+    "input": "input",
+    "self_attn": "MHA",
+    "add1": "add",
+    "norm1": "LayerNorm",
+    "ff": "FFN",
+    "add2": "add",
+    "norm2": "LayerNorm",
+}
 HEATMAP_RANGE = 3.0  # colours span [-3, 3]; larger entries get the end colours
 
 
@@ -171,8 +189,10 @@ def _pipeline(names: Sequence[str], current: int) -> str:
     here = f'{box}border:2px solid {plots.DARK};background:#ffe7cc;font-weight:bold"'
     here += ' aria-current="step'  # the current step is marked for screen readers too
     other = f"{box}border:1px solid {plots.GREY};background:#fff;color:{plots.DARK}"
-    boxes = [f'<span style="{here if i == current else other}">{escape(SHORT_NAMES[name])}</span>'
-             for i, name in enumerate(names)]  # fmt: skip
+    boxes = [
+        f'<span style="{here if i == current else other}">{escape(SHORT_NAMES[name])}</span>'
+        for i, name in enumerate(names)
+    ]
     return '<div style="line-height:1.9">' + " &#8594; ".join(boxes) + "</div>"
 
 
@@ -187,19 +207,27 @@ def step_frame(steps: Steps, i: int, norm_first: bool, tokens=TOKENS, d_ff: int 
     formula, meaning, symbol = table[name]
     now, d = token_stats(x[0]), x.shape[-1]
     heat = plots.svg_heatmap(
-        x[0].clamp(-HEATMAP_RANGE, HEATMAP_RANGE), tokens,
+        x[0].clamp(-HEATMAP_RANGE, HEATMAP_RANGE),
+        tokens,
         [str(j) if j % 5 == 0 else "" for j in range(d)],
-        title=f"{symbol}: one row per token", vmin=-HEATMAP_RANGE, vmax=HEATMAP_RANGE,
-        show_values=False, cell=16, row_axis="token", col_axis="feature",
+        title=f"{symbol}: one row per token",
+        vmin=-HEATMAP_RANGE,
+        vmax=HEATMAP_RANGE,
+        show_values=False,
+        cell=16,
+        row_axis="token",
+        col_axis="feature",
         description=f"Heatmap of {formula}: {len(tokens)} token vectors of {d} features",
-    )  # fmt: skip
+    )
     stats = ("mean", "std", "norm")
     b = before_index(names, i, norm_first) if i > 0 else 0
     before = {
         s: [_rounded(float(v), 2) + " → " for v in token_stats(steps[b][1][0])[s]] for s in stats
     }
-    rows = [[t] + [(before[s][k] if i else "") + _rounded(float(now[s][k]), 2) for s in stats]
-            for k, t in enumerate(tokens)]  # fmt: skip
+    rows = [
+        [t] + [(before[s][k] if i else "") + _rounded(float(now[s][k]), 2) for s in stats]
+        for k, t in enumerate(tokens)
+    ]
     title = f"Per token: before ({table[names[b]][2]}) → after ({symbol})" if i else "Per token"
     heading = (
         f'<div style="font-size:14px;margin:4px 0"><strong>Step {i} of {len(steps) - 1}:</strong> '
@@ -245,7 +273,11 @@ def check_parameter_count(answer: object) -> Verdict:
     attn, ff, norms = 4 * d * d + 4 * d, 2 * d * f + f + d, 2 * 2 * d
     total = attn + ff + norms
     verdict = compare_number(
-        answer, total, what="the parameter count", rel_tol=0.0, abs_tol=0.5,
+        answer,
+        total,
+        what="the parameter count",
+        rel_tol=0.0,
+        abs_tol=0.5,
         mistakes={
             "that leaves out the biases (4 d_model in attention, d_ff + d_model in the FFN) and "
             "the LayerNorm shifts": total - 4 * d - (f + d) - 2 * d,
@@ -256,7 +288,7 @@ def check_parameter_count(answer: object) -> Verdict:
             "that counts one feed-forward matrix only; there are two (W_1 and W_2)": total - d * f,
         },
         hint="count W^Q, W^K, W^V, W^O, W_1, W_2 with their biases, and two LayerNorms.",
-    )  # fmt: skip
+    )
     if verdict.ok:
         parts = f"attention {attn:,}, feed-forward {ff:,}, LayerNorms {norms:,}"
         return Verdict.right(f"{total:,} parameters: {parts}")
@@ -281,17 +313,23 @@ def check_pre_ln(answer: object, seed: int = 3) -> Verdict:
         mistakes = {
             "this is the post-LN output, layer(x): in pre-LN the LayerNorm comes before each "
             "sub-layer, and the sum is not normalised": layer(x),
-            "the output of a pre-LN layer is not normalised: "
-            "drop the last LayerNorm": layer.norm2(right),
+            "the output of a pre-LN layer is not normalised: drop the last LayerNorm": layer.norm2(
+                right
+            ),
             "the residual must add the un-normalised x: x + MHA(LayerNorm(x)), not "
             "LayerNorm(x) + MHA(LayerNorm(x))": h_wrong + layer.ff(layer.norm2(h_wrong)),
             "the feed-forward step needs its residual connection too: "
             "h + FFN(LayerNorm(h))": layer.ff(layer.norm2(x + attn)),
-        }  # fmt: skip
+        }
     verdict = compare_tensor(
-        answer, right, what="the pre-LN output", atol=1e-4, rtol=1e-4, mistakes=mistakes,
+        answer,
+        right,
+        what="the pre-LN output",
+        atol=1e-4,
+        rtol=1e-4,
+        mistakes=mistakes,
         hint="h = x + MHA(norm1(x)); out = h + FFN(norm2(h)).",
-    )  # fmt: skip
+    )
     if verdict.ok:
         return Verdict.right("the pre-LN output matches EncoderLayer(norm_first=True)")
     return verdict
@@ -311,13 +349,17 @@ def check_batch_first_fix(answer: object, note_layer: nn.Module, x: Tensor) -> V
     with torch.no_grad():
         right, wrong = fixed(x), note_layer(x)
     verdict = compare_tensor(
-        answer, right, what="the outputs", atol=1e-4, rtol=1e-4,
+        answer,
+        right,
+        what="the outputs",
+        atol=1e-4,
+        rtol=1e-4,
         mistakes={
             "this is the note's output, with attention across the batch: give the module "
             "(T, B, d) and turn its answer back to (B, T, d)": wrong,
         },
         hint="the module wants (seq_len, batch, d_model): x.transpose(0, 1) in, and back out.",
-    )  # fmt: skip
+    )
     if verdict.ok:
         return Verdict.right("each sentence now sees only its own tokens (batch_first=True)")
     return verdict

@@ -116,16 +116,33 @@ def causal_mask_explorer(
         T, row = len(words), weights_of(words, masked)[query]
         allowed = causal_mask(T) if masked else torch.ones(T, T, dtype=torch.bool)
         return plots.frame(
-            plots.svg_heatmap(allowed.float(), words, words, title="May attend (1) or blocked (0)",
-                              highlight_row=query, cmap="cividis", decimals=0, cell=26),
-            plots.svg_bars(row, words, title=f"Weights of query {query} ({words[query]})",
-                           highlight=query)
-            + plots.readout({"keys it may see": f"{int(allowed[query].sum())} of {T}",
-                             "weight on later tokens": f"{float(row[query + 1 :].sum()):.2f}",
-                             "row sum": f"{float(row.sum()):.2f}"}),
-            caption=f"Query {query} ({words[query]}) sees " + (f"positions 0 to {query} only."
-                    if masked else "every position, including the tokens after it."),
-        )  # fmt: skip
+            plots.svg_heatmap(
+                allowed.float(),
+                words,
+                words,
+                title="May attend (1) or blocked (0)",
+                highlight_row=query,
+                cmap="cividis",
+                decimals=0,
+                cell=26,
+            ),
+            plots.svg_bars(
+                row, words, title=f"Weights of query {query} ({words[query]})", highlight=query
+            )
+            + plots.readout(
+                {
+                    "keys it may see": f"{int(allowed[query].sum())} of {T}",
+                    "weight on later tokens": f"{float(row[query + 1 :].sum()):.2f}",
+                    "row sum": f"{float(row.sum()):.2f}",
+                }
+            ),
+            caption=f"Query {query} ({words[query]}) sees "
+            + (
+                f"positions 0 to {query} only."
+                if masked
+                else "every position, including the tokens after it."
+            ),
+        )
 
     positions = {f"{t}: {w}": t for t, w in enumerate(labels)}
     return Explorer(
@@ -158,22 +175,34 @@ def leak_explorer(
         return new, change_of(words, position, new, masked)
 
     # One bar scale for every static frame, so that frames compare at a glance.
-    vmax = max(float(edit(tuple(labels), t, "Katze", m)[1].max())
-               for t in range(1, len(labels)) for m in (False, True))  # fmt: skip
+    vmax = max(
+        float(edit(tuple(labels), t, "Katze", m)[1].max())
+        for t in range(1, len(labels))
+        for m in (False, True)
+    )
 
     def render(position: int, masked: bool, words=tuple(labels), word="Katze") -> str:
         _check_position(position, words, first=1)
         new, change = edit(words, position, word, masked)
         bar_labels = [f"{t}: {w}" for t, w in enumerate(words)]
         return plots.frame(
-            plots.svg_bars(change, bar_labels, title="How far each output moves",
-                           vmax=max(vmax, float(change.max())), highlight=position)
-            + plots.readout({"largest change before the edit":
-                             f"{float(change[:position].max()):.2f}"}),
-            caption=f"Edit: position {position}, {words[position]} → {new}. " + (
-                "Outputs before it do not move: the mask keeps the future out." if masked
-                else "Outputs before it move: they read the future token."),
-        )  # fmt: skip
+            plots.svg_bars(
+                change,
+                bar_labels,
+                title="How far each output moves",
+                vmax=max(vmax, float(change.max())),
+                highlight=position,
+            )
+            + plots.readout(
+                {"largest change before the edit": f"{float(change[:position].max()):.2f}"}
+            ),
+            caption=f"Edit: position {position}, {words[position]} → {new}. "
+            + (
+                "Outputs before it do not move: the mask keeps the future out."
+                if masked
+                else "Outputs before it move: they read the future token."
+            ),
+        )
 
     positions = {f"{t}: {labels[t]}": t for t in range(1, len(labels))}
     return Explorer(
@@ -207,7 +236,10 @@ def check_causal_mask(answer: object) -> Verdict:
     expected = causal_mask(T).double()
     ones = torch.ones(T, T, dtype=torch.float64)
     verdict = compare_tensor(
-        answer, expected, name="mask", what="the mask",
+        answer,
+        expected,
+        name="mask",
+        what="the mask",
         mistakes={
             "the diagonal is missing: a position may attend to itself (j <= i, not j < i), "
             "otherwise position 0 has nothing to attend to": ones.tril(-1),
@@ -216,7 +248,7 @@ def check_causal_mask(answer: object) -> Verdict:
             "uses True = may attend": 1 - ones.tril(),
         },
         hint="row i is the query, column j the key; allow j <= i.",
-    )  # fmt: skip
+    )
     right = "row i allows keys 0..i, the lower triangle with its diagonal"
     return Verdict.right(right) if verdict.ok else verdict
 
@@ -268,8 +300,14 @@ def check_teacher_forcing(decoder_input: object, labels: object) -> Verdict:
     )
     for answer, expected, name, wrong, drop in parts:
         hint = f"drop {drop} of the full target."
-        verdict = compare_tensor(answer, expected, name=name.replace(" ", "_"), what=f"the {name}",
-                                 mistakes={unshifted: wrong}, hint=hint)  # fmt: skip
+        verdict = compare_tensor(
+            answer,
+            expected,
+            name=name.replace(" ", "_"),
+            what=f"the {name}",
+            mistakes={unshifted: wrong},
+            hint=hint,
+        )
         if not verdict.ok:
             return verdict
     return Verdict.right(

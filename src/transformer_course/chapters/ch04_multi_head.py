@@ -93,15 +93,31 @@ def reshape_figure(T: int = WALK_T, d_model: int = WALK_D_MODEL, n_heads: int = 
         for i in range(n_heads):
             token_of = torch.div(heads[i], 100, rounding_mode="floor")  # (T, d_k) token index
             ax = plots.heatmap(
-                axes[r, i], token_of, [f"row {t}" for t in range(T)], [str(f) for f in range(d_k)],
-                title=f"head {i + 1}", cmap="cividis", vmin=0, vmax=T - 1, annotate=False,
-                xlabel="", ylabel=name if i == 0 else "", colorbar=False,
-            )  # fmt: skip
+                axes[r, i],
+                token_of,
+                [f"row {t}" for t in range(T)],
+                [str(f) for f in range(d_k)],
+                title=f"head {i + 1}",
+                cmap="cividis",
+                vmin=0,
+                vmax=T - 1,
+                annotate=False,
+                xlabel="",
+                ylabel=name if i == 0 else "",
+                colorbar=False,
+            )
             for t in range(T):
                 for f in range(d_k):
                     colour = plots.colour(float(token_of[t, f]), 0, T - 1, "cividis")
-                    ax.text(f, t, f"{int(heads[i, t, f])}", ha="center", va="center",
-                            fontsize=9, color=plots.text_colour(colour))  # fmt: skip
+                    ax.text(
+                        f,
+                        t,
+                        f"{int(heads[i, t, f])}",
+                        ha="center",
+                        va="center",
+                        fontsize=9,
+                        color=plots.text_colour(colour),
+                    )
     fig.suptitle("Each head's block: label 100·t + f = token t, feature f; colour = token", size=11)
     return fig
 
@@ -131,11 +147,20 @@ def head_grid_explorer(weights_of: Mapping[str, Tensor], weigh=None, live=None) 
     def render(sentence: str, head: int | str) -> str:
         tokens = SENTENCES.get(sentence) or tuple(sentence.replace(".", " .").split())  # typed
         weights = weights_of[sentence] if sentence in weights_of else weigh(tokens)  # (h, T, T)
-        small = [plots.svg_heatmap(  # no values, no column labels (the keys are the row tokens)
-            weights[i], tokens, [""] * len(tokens), title=HEAD_LABELS[i], cell=13,
-            show_values=False, row_axis="q", col_axis="k",
-            description=f"Head {i + 1} ({HEAD_NAMES[i]}) over “{sentence}”",
-        ) for i in range(4)]  # fmt: skip
+        small = [
+            plots.svg_heatmap(  # no values, no column labels (the keys are the row tokens)
+                weights[i],
+                tokens,
+                [""] * len(tokens),
+                title=HEAD_LABELS[i],
+                cell=13,
+                show_values=False,
+                row_axis="q",
+                col_axis="k",
+                description=f"Head {i + 1} ({HEAD_NAMES[i]}) over “{sentence}”",
+            )
+            for i in range(4)
+        ]
         if head == "average":
             chosen, title, job = weights.mean(dim=0), "Average over the 4 heads", HEAD_JOBS[-1]
         else:
@@ -146,8 +171,10 @@ def head_grid_explorer(weights_of: Mapping[str, Tensor], weigh=None, live=None) 
         facts = {"mean entropy": f"{h:.2f} nats (uniform: {uniform:.2f})"}
         facts["mean largest weight"] = f"{float(chosen.max(dim=-1).values.mean()):.2f}"
         outlined = ["#000" if head in (i, "average") else "transparent" for i in range(4)]
-        cells = "".join(f'<div style="padding:2px;border:3px solid {ink}">{part}</div>'
-                        for part, ink in zip(small, outlined, strict=True))  # fmt: skip
+        cells = "".join(
+            f'<div style="padding:2px;border:3px solid {ink}">{part}</div>'
+            for part, ink in zip(small, outlined, strict=True)
+        )
         grid = '<div style="display:grid;grid-template-columns:repeat(2,auto);gap:4px">'
         return plots.frame(grid + cells + "</div>", large + plots.readout(facts), caption=job)
 
@@ -192,8 +219,10 @@ def learned_heads_explorer(weights, tokens, columns, run=None, live=None) -> Exp
         stack, module, rows, cols = LEARNED_KINDS[kind]
         name = f"{stack}.layers.{layer}.{module}"
         style = dict(cell=15, show_values=False, row_axis=rows, col_axis=cols)
-        heads = [plots.svg_heatmap(w, tokens_[rows], tokens_[cols], title=f"head {i + 1}", **style)
-                 for i, w in enumerate(weights_[name])]  # fmt: skip
+        heads = [
+            plots.svg_heatmap(w, tokens_[rows], tokens_[cols], title=f"head {i + 1}", **style)
+            for i, w in enumerate(weights_[name])
+        ]
         numbers = zip(*([f"{x:.2f}" for x in v] for v in columns_[name].values()), strict=True)
         table = plots.table(["head", *columns_[name]], [[i, *n] for i, n in enumerate(numbers, 1)])
         return plots.frame(*heads, table, caption=f"{name}: layer {layer + 1}, {kind}-attention.")
@@ -292,7 +321,13 @@ def check_torch_mask(answer: object) -> Verdict:
     kept = "this keeps the note's meaning (True = may attend), but nn.MultiheadAttention reads "
     kept += "True as 'blocked': invert it"
     hint = "True must mark the blocked keys, i.e. the 0 entries of the note's mask."
-    verdict = compare_tensor(answer, to_torch_mask(ours).double(), name="attn_mask", hint=hint,
-                             what="attn_mask", mistakes={kept: ours.double()})  # fmt: skip
+    verdict = compare_tensor(
+        answer,
+        to_torch_mask(ours).double(),
+        name="attn_mask",
+        hint=hint,
+        what="attn_mask",
+        mistakes={kept: ours.double()},
+    )
     right = "True marks exactly the note's 0 entries, the keys nn.MultiheadAttention must block"
     return Verdict.right(right) if verdict.ok else verdict

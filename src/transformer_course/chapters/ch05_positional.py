@@ -70,10 +70,20 @@ def _table(ax, pe: Tensor, title: str, ylabel: str = "position t", **options) ->
     """A (positions, dimensions) table as a heatmap, about 5 rows and 8 columns labelled."""
     rows, cols = pe.shape
     plots.heatmap(
-        ax, pe, [str(t) for t in range(rows)], [str(i) for i in range(cols)], title=title,
-        vmin=-1.0, vmax=1.0, annotate=False, xlabel="dimension i", ylabel=ylabel,
-        tick_every=(max(1, rows // 5), max(1, cols // 8)), aspect="auto", **options,
-    )  # fmt: skip
+        ax,
+        pe,
+        [str(t) for t in range(rows)],
+        [str(i) for i in range(cols)],
+        title=title,
+        vmin=-1.0,
+        vmax=1.0,
+        annotate=False,
+        xlabel="dimension i",
+        ylabel=ylabel,
+        tick_every=(max(1, rows // 5), max(1, cols // 8)),
+        aspect="auto",
+        **options,
+    )
 
 
 def heatmap_figure(length: int = 100, d_model: int = 512):
@@ -108,24 +118,41 @@ def shift_figure(fitted: Tensor, offset: int):
     for ax, name in zip(axes, ("interleaved", "concatenated"), strict=True):
         matrix = fitted if name == "interleaved" else fitted[order][:, order]  # the same map
         plots.heatmap(
-            ax, matrix, labels, labels, title=f"M_{offset} found from data, {name} layout",
-            vmin=-1.0, vmax=1.0, annotate=False, xlabel="input dimension",
-            ylabel="output dimension", colorbar=name == "concatenated", tick_every=2,
-        )  # fmt: skip
+            ax,
+            matrix,
+            labels,
+            labels,
+            title=f"M_{offset} found from data, {name} layout",
+            vmin=-1.0,
+            vmax=1.0,
+            annotate=False,
+            xlabel="input dimension",
+            ylabel="output dimension",
+            colorbar=name == "concatenated",
+            tick_every=2,
+        )
     return fig
 
 
 def extrapolation_figure(hand: Tensor, trained: Tensor, train_length: int = TRAIN_LENGTH):
     """Accuracy at each position for the hand-built rule and the trained model."""
     positions, chance = list(range(1, hand.numel() + 1)), f"chance (1/{VOCAB})"
-    curves = {"hand-built: query = M₋₁ PE(t)": hand.tolist(),
-              f"trained on length {train_length}": trained.tolist(),
-              chance: [1.0 / VOCAB] * len(positions)}  # fmt: skip
+    curves = {
+        "hand-built: query = M₋₁ PE(t)": hand.tolist(),
+        f"trained on length {train_length}": trained.tolist(),
+        chance: [1.0 / VOCAB] * len(positions),
+    }
     ax = plots.line_plot(
-        None, positions, curves, xlabel="position t (log scale)",
-        ylabel="accuracy: predicts token t - 1", logx=True, markers=False, dashed=(chance,),
+        None,
+        positions,
+        curves,
+        xlabel="position t (log scale)",
+        ylabel="accuracy: predicts token t - 1",
+        logx=True,
+        markers=False,
+        dashed=(chance,),
         title="Copy the previous token, tested on length " + str(hand.numel() + 1),
-    )  # fmt: skip
+    )
     ax.axvline(train_length - 0.5, color=plots.GREY, linewidth=1, linestyle=":")
     ax.text(train_length - 0.5, 0.5, "  trained\n  positions end", fontsize=9, color=plots.GREY)
     ax.set_ylim(0, 1.05)
@@ -156,35 +183,54 @@ def _pair_svg(pair: int, t: int, omega: float, window: int = 64) -> str:
     px, py, k0, k1 = num(cx + r * cos), num(cy - r * sin), 2 * pair, 2 * pair + 1
     label = f"Pair {pair} (dimensions {k0}, {k1}) at position {t}: sin {sin:.2f}, cos {cos:.2f}"
     # Earlier positions: one dot each, drawn as zero-length round-capped segments.
-    trail = "".join(f"M{num(cx + r * math.cos(omega * s))},{num(cy - r * math.sin(omega * s))}h0"
-                    for s in range(max(0, t - window), t))  # fmt: skip
-    curves = [" ".join(f"{sx(s)},{sy(fn(omega * s))}" for s in range(start, start + window + 1))
-              for fn in (math.sin, math.cos)]  # fmt: skip
-    return plots.svg_document(440, 190, label, [
-        f'<text x="8" y="16" font-size="13" font-weight="bold" fill="{dark}">Pair k = {pair}: '
-        f'dims {k0} (sin) and {k1} (cos)</text><circle cx="{cx}" cy="{cy}" r="{r}" fill="none" '
-        f'stroke="{grey}"/><path d="M{cx - r - 6},{cy}H{cx + r + 6}M{cx},{cy - r - 6}V{cy + r + 6}'
-        f'" stroke="{grey}" stroke-width="0.5"/>{text}<text x="{cx + r + 2}" y="{cy + 12}">cos'
-        f'</text><text x="{cx + 4}" y="{cy - r - 2}">sin</text></g>',
+    trail = "".join(
+        f"M{num(cx + r * math.cos(omega * s))},{num(cy - r * math.sin(omega * s))}h0"
+        for s in range(max(0, t - window), t)
+    )
+    curves = [
+        " ".join(f"{sx(s)},{sy(fn(omega * s))}" for s in range(start, start + window + 1))
+        for fn in (math.sin, math.cos)
+    ]
+    dial = (
+        f'<text x="8" y="16" font-size="13" font-weight="bold" fill="{dark}">'
+        f"Pair k = {pair}: dims {k0} (sin) and {k1} (cos)</text>"
+        f'<circle cx="{cx}" cy="{cy}" r="{r}" fill="none" stroke="{grey}"/>'
+        f'<path d="M{cx - r - 6},{cy}H{cx + r + 6}M{cx},{cy - r - 6}V{cy + r + 6}" '
+        f'stroke="{grey}" stroke-width="0.5"/>'
+        f'{text}<text x="{cx + r + 2}" y="{cy + 12}">cos</text>'
+        f'<text x="{cx + 4}" y="{cy - r - 2}">sin</text></g>'
+    )
+    dots = (
         f'<path d="{trail}" stroke="{blue}" stroke-width="5" stroke-linecap="round" '
-        'stroke-opacity="0.45"/>' if t else "",
-        f'<path d="M{cx},{cy}L{px},{py}" stroke="{dark}" stroke-width="1.5"/><circle cx="{px}" '
-        f'cy="{py}" r="6" fill="{orange}" stroke="#000"/><text x="8" y="184" font-size="10" '
-        f'fill="{dark}">one step turns the point by ω = {omega:.3g} rad</text><path d="M{x0},{y0}'
-        f'V{y1}H{x1}" fill="none" stroke="{grey}"/><path d="M{x0},{sy(0)}H{x1}" stroke="{grey}" '
-        f'stroke-width="0.5"/><polyline points="{curves[0]}" fill="none" stroke="{blue}" '
-        f'stroke-width="2"/><polyline points="{curves[1]}" fill="none" stroke="{orange}" '
-        f'stroke-width="2" stroke-dasharray="5 3"/>',
-        f'<path d="M{sx(t)},{y0 - 4}V{y1}" stroke="{dark}" stroke-dasharray="2 2"/><circle cx="'
-        f'{sx(t)}" cy="{sy(sin)}" r="4" fill="{blue}" stroke="#000"/><circle cx="{sx(t)}" cy="'
-        f'{sy(cos)}" r="4" fill="{orange}" stroke="#000"/>{text}<text x="{x0 - 4}" y="{y0 + 4}" '
-        f'text-anchor="end">1</text><text x="{x0 - 4}" y="{y1}" text-anchor="end">-1</text><text '
-        f'x="{x0}" y="{y1 + 12}" text-anchor="middle">{start}</text><text x="{x1}" y="{y1 + 12}" '
-        f'text-anchor="middle">{start + window}</text><text x="{num((x0 + x1) / 2)}" y="{y1 + 24}" '
-        f'text-anchor="middle">position</text><text x="{sx(t)}" y="{y0 - 7}" text-anchor="middle"'
-        f'>t = {t}</text><text x="{x1 - 92}" y="14" fill="{blue}">— sin</text><text x="{x1 - 40}'
-        f'" y="14" fill="{plots.DARK_ORANGE}">- - cos</text></g>',
-    ])  # fmt: skip
+        'stroke-opacity="0.45"/>'
+    )
+    point_and_curves = (
+        f'<path d="M{cx},{cy}L{px},{py}" stroke="{dark}" stroke-width="1.5"/>'
+        f'<circle cx="{px}" cy="{py}" r="6" fill="{orange}" stroke="#000"/>'
+        f'<text x="8" y="184" font-size="10" fill="{dark}">'
+        f"one step turns the point by ω = {omega:.3g} rad</text>"
+        f'<path d="M{x0},{y0}V{y1}H{x1}" fill="none" stroke="{grey}"/>'
+        f'<path d="M{x0},{sy(0)}H{x1}" stroke="{grey}" stroke-width="0.5"/>'
+        f'<polyline points="{curves[0]}" fill="none" stroke="{blue}" stroke-width="2"/>'
+        f'<polyline points="{curves[1]}" fill="none" stroke="{orange}" stroke-width="2" '
+        'stroke-dasharray="5 3"/>'
+    )
+    mid = num((x0 + x1) / 2)
+    position_and_labels = (
+        f'<path d="M{sx(t)},{y0 - 4}V{y1}" stroke="{dark}" stroke-dasharray="2 2"/>'
+        f'<circle cx="{sx(t)}" cy="{sy(sin)}" r="4" fill="{blue}" stroke="#000"/>'
+        f'<circle cx="{sx(t)}" cy="{sy(cos)}" r="4" fill="{orange}" stroke="#000"/>'
+        f'{text}<text x="{x0 - 4}" y="{y0 + 4}" text-anchor="end">1</text>'
+        f'<text x="{x0 - 4}" y="{y1}" text-anchor="end">-1</text>'
+        f'<text x="{x0}" y="{y1 + 12}" text-anchor="middle">{start}</text>'
+        f'<text x="{x1}" y="{y1 + 12}" text-anchor="middle">{start + window}</text>'
+        f'<text x="{mid}" y="{y1 + 24}" text-anchor="middle">position</text>'
+        f'<text x="{sx(t)}" y="{y0 - 7}" text-anchor="middle">t = {t}</text>'
+        f'<text x="{x1 - 92}" y="14" fill="{blue}">— sin</text>'
+        f'<text x="{x1 - 40}" y="14" fill="{plots.DARK_ORANGE}">- - cos</text></g>'
+    )
+    parts = [dial, dots if t else "", point_and_curves, position_and_labels]
+    return plots.svg_document(440, 190, label, parts)
 
 
 def pair_explorer(live: bool | None = None) -> Explorer:
@@ -197,10 +243,17 @@ def pair_explorer(live: bool | None = None) -> Explorer:
         w, angles = float(omega[pair]), t * omega  # angles: (d_model/2,)
         pairs = torch.stack([angles.sin(), angles.cos()])  # (2, d_model/2): sines, then cosines
         strip = plots.svg_heatmap(
-            pairs, ["sin", "cos"], [str(k) for k in range(n_pairs)],
-            vmin=-1.0, vmax=1.0, cell=20, highlight_col=pair, row_axis="", col_axis="pair k",
+            pairs,
+            ["sin", "cos"],
+            [str(k) for k in range(n_pairs)],
+            vmin=-1.0,
+            vmax=1.0,
+            cell=20,
+            highlight_col=pair,
+            row_axis="",
+            col_axis="pair k",
             description=f"The encoding of position {t}: {d_model} numbers as {n_pairs} pairs",
-        )  # fmt: skip
+        )
         facts = {
             "frequency ω_k": f"{w:.4g}",
             "wavelength 2π/ω_k": f"{2 * math.pi / w:,.1f} positions",
@@ -244,18 +297,36 @@ def similarity_explorer(live: bool | None = None) -> Explorer:
         profile = torch.cos(torch.tensor(offsets, dtype=F64)[:, None] * omega).mean(dim=-1)
         pairs = f"{d_model // 2} {'pair' if d_model == 2 else 'pairs'}"
         return plots.frame(
-            plots.svg_heatmap(matrix, labels, labels, title=f"d_model = {d_model}", vmin=-1.0,
-                              vmax=1.0, cell=17, row_axis="t", col_axis="s"),
-            plots.svg_line(offsets, profile, marker=1, title="Against the offset Δ = s − t",
-                           xlabel="offset Δ", ylabel="similarity", ymin=-1.0, ymax=1.0,
-                           width=300, height=200),
+            plots.svg_heatmap(
+                matrix,
+                labels,
+                labels,
+                title=f"d_model = {d_model}",
+                vmin=-1.0,
+                vmax=1.0,
+                cell=17,
+                row_axis="t",
+                col_axis="s",
+            ),
+            plots.svg_line(
+                offsets,
+                profile,
+                marker=1,
+                title="Against the offset Δ = s − t",
+                xlabel="offset Δ",
+                ylabel="similarity",
+                ymin=-1.0,
+                ymax=1.0,
+                width=300,
+                height=200,
+            ),
             caption=(
                 f"Similarity PE(t)·PE(s) / (d_model/2) with d_model = {d_model} ({pairs}). "
                 f"Neighbours (Δ = 1): {float(profile[1]):.2f}. Lowest similarity for Δ up to "
                 f"{SIMILARITY_MAX_OFFSET}: {float(profile.min()):.2f}. "
                 "Every diagonal of the matrix is constant: only the offset matters."
             ),
-        )  # fmt: skip
+        )
 
     return Explorer(
         render,
@@ -295,8 +366,15 @@ def check_position_2_encoding(answer: object) -> Verdict:
     hint = "ω_0 = 1 and ω_1 = 10000^(-2/4) = 0.01; PE(2) = (sin 2ω_0, cos 2ω_0, sin 2ω_1, "
     hint += "cos 2ω_1)."
     expected = sinusoidal_encoding(t + 1, 4, dtype=F64)[t]
-    return compare_tensor(answer, expected, what="the four values of PE(2)", atol=1e-4,
-                          rtol=1e-4, mistakes=mistakes, hint=hint)  # fmt: skip
+    return compare_tensor(
+        answer,
+        expected,
+        what="the four values of PE(2)",
+        atol=1e-4,
+        rtol=1e-4,
+        mistakes=mistakes,
+        hint=hint,
+    )
 
 
 def check_shift_matrix(answer: object) -> Verdict:
@@ -325,8 +403,9 @@ def check_offset_dot(answer: object) -> Verdict:
         "that sums the sines; each pair contributes sin·sin + cos·cos = cos(ω_k k)": sines,
     }
     hint = "each pair contributes cos(ω_k · 5); add the four pairs."
-    return compare_number(answer, expected, what="the dot product", rel_tol=1e-4,
-                          mistakes=mistakes, hint=hint)  # fmt: skip
+    return compare_number(
+        answer, expected, what="the dot product", rel_tol=1e-4, mistakes=mistakes, hint=hint
+    )
 
 
 def check_longest_wavelength(answer: object) -> Verdict:
@@ -339,5 +418,11 @@ def check_longest_wavelength(answer: object) -> Verdict:
         "that is the frequency ω of the last pair, not its wavelength 2π/ω": omega,
     }
     hint = "λ_k = 2π / ω_k = 2π · 10000^(2k/d) for the last pair k = d/2 - 1."
-    return compare_number(answer, 2 * math.pi / omega, what="the longest wavelength",
-                          rel_tol=1e-4, mistakes=mistakes, hint=hint)  # fmt: skip
+    return compare_number(
+        answer,
+        2 * math.pi / omega,
+        what="the longest wavelength",
+        rel_tol=1e-4,
+        mistakes=mistakes,
+        hint=hint,
+    )

@@ -166,14 +166,25 @@ def attention_explorer(
         no_mask = "source padding (none here)"
         which = "mean of heads" if head == HEAD_MEAN else f"head {head + 1}"
         return plots.frame(
-            plots.svg_heatmap(matrix, tokens[side_rows], tokens[side_cols],
-                              title=f"{short_name(module)}, {which}",
-                              row_axis=side_rows, col_axis=side_cols),
-            plots.readout({"Q from": f"{q}  ({rows} rows)", "K from": f"{k}  ({cols} rows)",
-                           "V from": f"{v}  ({cols} rows)", "weights": f"{rows} x {cols}",
-                           "mask": "causal: no later tokens" if "masked" in kind else no_mask},
-                          title="Where the inputs come from"),
-        )  # fmt: skip
+            plots.svg_heatmap(
+                matrix,
+                tokens[side_rows],
+                tokens[side_cols],
+                title=f"{short_name(module)}, {which}",
+                row_axis=side_rows,
+                col_axis=side_cols,
+            ),
+            plots.readout(
+                {
+                    "Q from": f"{q}  ({rows} rows)",
+                    "K from": f"{k}  ({cols} rows)",
+                    "V from": f"{v}  ({cols} rows)",
+                    "weights": f"{rows} x {cols}",
+                    "mask": "causal: no later tokens" if "masked" in kind else no_mask,
+                },
+                title="Where the inputs come from",
+            ),
+        )
 
     heads, head_labels = [*range(n_heads), HEAD_MEAN], [*map(str, range(1, n_heads + 1)), "mean"]
     return Explorer(
@@ -365,8 +376,15 @@ def check_cross_weights(answer: object) -> Verdict:
     hint = (
         "q = Y'_2 W_h^Q + b_h^Q, k = X_L W_h^K + b_h^K, softmax(q k^T / sqrt(d_k)) over the source"
     )
-    verdict = compare_tensor(answer, expected, name="weights", what="the weights", atol=1e-4,
-                             mistakes=mistakes, hint=hint + " positions.")  # fmt: skip
+    verdict = compare_tensor(
+        answer,
+        expected,
+        name="weights",
+        what="the weights",
+        atol=1e-4,
+        mistakes=mistakes,
+        hint=hint + " positions.",
+    )
     if not verdict.ok:
         return verdict
     return Verdict.right(

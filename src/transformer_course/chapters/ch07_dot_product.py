@@ -48,15 +48,27 @@ MEASURE_D = 32
 # learned scores; greys: the parameter-free rest. Bilinear lies on scaled_dot (memory) and dot
 # (loss), so it is drawn on top, thin and dashed, and scaled_dot thicker: both stay visible.
 SCORER_STYLES = {
-    "scaled_dot": {"color": plots.BLUE, "marker": "o", "markersize": 7, "linestyle": "-",
-                   "linewidth": 2.5},
+    "scaled_dot": {
+        "color": plots.BLUE,
+        "marker": "o",
+        "markersize": 7,
+        "linestyle": "-",
+        "linewidth": 2.5,
+    },
     "additive": {"color": plots.DARK_ORANGE, "marker": "s", "linestyle": "-"},
     "dot": {"color": plots.GREY, "marker": "^", "markersize": 6, "linestyle": "-"},
     "cosine": {"color": plots.MID_GREY, "marker": "D", "linestyle": "-."},
     "dot_broadcast": {"color": plots.GREY, "marker": "v", "markersize": 6, "linestyle": "--"},
-    "bilinear": {"color": plots.DARK_ORANGE, "marker": "x", "markersize": 5,
-                 "markeredgewidth": 1.5, "linestyle": "--", "linewidth": 1.2, "zorder": 3},
-}  # fmt: skip
+    "bilinear": {
+        "color": plots.DARK_ORANGE,
+        "marker": "x",
+        "markersize": 5,
+        "markeredgewidth": 1.5,
+        "linestyle": "--",
+        "linewidth": 1.2,
+        "zorder": 3,
+    },
+}
 
 
 def format_bytes(n_bytes: float) -> str:
@@ -148,8 +160,12 @@ class LengthAngle:
     cosine_weights: Tensor  # (4,) softmax of cosine / temperature
 
 
-def length_angle(angle_deg: float, length: float, temperature: float = WIDGET_TEMPERATURE,
-                 query_length: float = WIDGET_QUERY_LENGTH) -> LengthAngle:  # fmt: skip
+def length_angle(
+    angle_deg: float,
+    length: float,
+    temperature: float = WIDGET_TEMPERATURE,
+    query_length: float = WIDGET_QUERY_LENGTH,
+) -> LengthAngle:
     """Score the query (along the x axis) against k (angle in degrees, length) and A, B, C."""
     q = torch.tensor([[query_length, 0.0]], dtype=torch.float64)  # (1, 2)
     polar = [(math.radians(a), r) for a, r in [(angle_deg, length)] + [k[1:] for k in FIXED_KEYS]]
@@ -236,15 +252,35 @@ def length_angle_explorer(live: bool | None = None) -> Explorer:
         )
 
     controls = [
-        slider("angle", angles, "Angle of k to q", fmt="{:g}°", initial=angles.index(45),
-               live=(-180.0, 180.0, 1.0)),
-        slider("length", lengths, "Length |k|", fmt="{:g}", initial=lengths.index(1.0),
-               live=(0.05, 3.0, 0.05)),
-        text("temperature", "Cosine temperature τ", f"{WIDGET_TEMPERATURE:g}",
-             partial(parse_number, name="temperature", lo=0.01, hi=10.0)),
-        text("query_length", "Length |q|", f"{WIDGET_QUERY_LENGTH:g}",
-             partial(parse_number, name="query length", lo=0.01, hi=3.0)),
-    ]  # fmt: skip
+        slider(
+            "angle",
+            angles,
+            "Angle of k to q",
+            fmt="{:g}°",
+            initial=angles.index(45),
+            live=(-180.0, 180.0, 1.0),
+        ),
+        slider(
+            "length",
+            lengths,
+            "Length |k|",
+            fmt="{:g}",
+            initial=lengths.index(1.0),
+            live=(0.05, 3.0, 0.05),
+        ),
+        text(
+            "temperature",
+            "Cosine temperature τ",
+            f"{WIDGET_TEMPERATURE:g}",
+            partial(parse_number, name="temperature", lo=0.01, hi=10.0),
+        ),
+        text(
+            "query_length",
+            "Length |q|",
+            f"{WIDGET_QUERY_LENGTH:g}",
+            partial(parse_number, name="query length", lo=0.01, hi=3.0),
+        ),
+    ]
     return Explorer(
         render,
         controls,

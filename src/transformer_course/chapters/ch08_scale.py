@@ -82,16 +82,30 @@ def variance_figure(dims: Sequence[int], variances: Sequence[float], scaled: Seq
     import matplotlib.pyplot as plt
 
     fig, (ax, ax_hist) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
-    series = {"Var(q·k), measured": list(variances), "Var(q·k / √d_k), measured": list(scaled),
-              "Var = d_k (derivation)": [float(d) for d in dims]}  # fmt: skip
+    series = {
+        "Var(q·k), measured": list(variances),
+        "Var(q·k / √d_k), measured": list(scaled),
+        "Var = d_k (derivation)": [float(d) for d in dims],
+    }
     # The measurements lie on the derivation's line, so they are drawn as points only and the
     # line passes between and under them: both stay visible.
-    styles = {"Var(q·k), measured": {"linestyle": "none", "markersize": 7},
-              "Var(q·k / √d_k), measured": {"linestyle": "none", "markersize": 6},
-              "Var = d_k (derivation)": {"linewidth": 1.5, "zorder": 1.5}}  # fmt: skip
-    plots.line_plot(ax, dims, series, xlabel="d_k", ylabel="variance of the score", logx=True,
-                    logy=True, title="The variance grows like d_k", styles=styles,
-                    dashed=("Var = d_k (derivation)",))  # fmt: skip
+    styles = {
+        "Var(q·k), measured": {"linestyle": "none", "markersize": 7},
+        "Var(q·k / √d_k), measured": {"linestyle": "none", "markersize": 6},
+        "Var = d_k (derivation)": {"linewidth": 1.5, "zorder": 1.5},
+    }
+    plots.line_plot(
+        ax,
+        dims,
+        series,
+        xlabel="d_k",
+        ylabel="variance of the score",
+        logx=True,
+        logy=True,
+        title="The variance grows like d_k",
+        styles=styles,
+        dashed=("Var = d_k (derivation)",),
+    )
     generator = torch.Generator().manual_seed(1)
     edges = torch.linspace(-60, 60, 121, dtype=torch.float64)
     # Blue, orange, then dark grey (the cycle's next, light grey has only 2.3:1 on white).
@@ -99,8 +113,13 @@ def variance_figure(dims: Sequence[int], variances: Sequence[float], scaled: Seq
     for i, d_k in enumerate(HISTOGRAM_DIMS):
         s = dot_products(d_k, 20_000, generator)
         density = torch.histogram(s, bins=edges, density=True).hist
-        ax_hist.stairs(density.numpy(), edges.numpy(), linewidth=2, color=inks[i % len(inks)],
-                       label=f"d_k = {d_k} (std ≈ {math.sqrt(d_k):g})")  # fmt: skip
+        ax_hist.stairs(
+            density.numpy(),
+            edges.numpy(),
+            linewidth=2,
+            color=inks[i % len(inks)],
+            label=f"d_k = {d_k} (std ≈ {math.sqrt(d_k):g})",
+        )
     ax_hist.set_xlabel("raw score q·k")
     ax_hist.set_ylabel("density")
     ax_hist.set_title("Raw scores spread out like √d_k")
@@ -115,14 +134,27 @@ def saturation_figure(dims: Sequence[int], entropies: Mapping, largest: Mapping)
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     panels = (
-        (entropies, math.log(N_KEYS), f"uniform: log {N_KEYS}", "mean entropy (nats)",
-         f"Entropy of the weights ({N_KEYS} keys)"),
+        (
+            entropies,
+            math.log(N_KEYS),
+            f"uniform: log {N_KEYS}",
+            "mean entropy (nats)",
+            f"Entropy of the weights ({N_KEYS} keys)",
+        ),
         (largest, 1 / N_KEYS, f"uniform: 1/{N_KEYS}", "mean largest weight", "Largest weight"),
-    )  # fmt: skip
+    )
     for ax, (values, uniform, uniform_label, ylabel, title) in zip(axes, panels, strict=True):
         series = {"divided by √d_k": values[True], "not divided": values[False]}
-        plots.line_plot(ax, dims, {**series, uniform_label: [uniform] * len(dims)}, xlabel="d_k",
-                        ylabel=ylabel, title=title, logx=True, dashed=(uniform_label,))  # fmt: skip
+        plots.line_plot(
+            ax,
+            dims,
+            {**series, uniform_label: [uniform] * len(dims)},
+            xlabel="d_k",
+            ylabel=ylabel,
+            title=title,
+            logx=True,
+            dashed=(uniform_label,),
+        )
     axes[0].set_ylim(0, math.log(N_KEYS) * 1.08)
     axes[1].set_ylim(0, 1.05)
     return fig
@@ -133,18 +165,37 @@ def jacobian_figure(scales: Sequence[float], medians: Sequence[float], means: Se
     and unscaled attention sit; returns the Axes."""
     bound = [0.5] * len(scales)
     series = {"median over 2000 logit vectors": medians, "mean": means, "bound: 1/2": bound}
-    ax = plots.line_plot(None, scales, series, xlabel="spread of the logits (standard deviation c)",
-                         ylabel="‖J‖₂, spectral norm", logx=True, logy=True, markers=False,
-                         title=f"Softmax Jacobian of {N_KEYS} logits c·u, u ~ N(0, 1)",
-                         dashed=("bound: 1/2",))  # fmt: skip
+    ax = plots.line_plot(
+        None,
+        scales,
+        series,
+        xlabel="spread of the logits (standard deviation c)",
+        ylabel="‖J‖₂, spectral norm",
+        logx=True,
+        logy=True,
+        markers=False,
+        title=f"Softmax Jacobian of {N_KEYS} logits c·u, u ~ N(0, 1)",
+        dashed=("bound: 1/2",),
+    )
     ax.set_ylim(1e-12, 1.0)
-    for c, label in ((1.0, "scaled, any d_k"), (8.0, "unscaled, d_k = 64"),
-                     (32.0, "unscaled, d_k = 1024")):  # fmt: skip
+    for c, label in (
+        (1.0, "scaled, any d_k"),
+        (8.0, "unscaled, d_k = 64"),
+        (32.0, "unscaled, d_k = 1024"),
+    ):
         ax.axvline(c, color=plots.GREY, linestyle=":", linewidth=1)
         # Left of its line: the median falls steeply just right of c = 32 and would cross a label
         # there; to the left of each line the curves are still far above the label.
-        ax.text(c / 1.08, 2e-12, label, rotation=90, fontsize=9, color=plots.GREY,
-                ha="right", va="bottom")  # fmt: skip
+        ax.text(
+            c / 1.08,
+            2e-12,
+            label,
+            rotation=90,
+            fontsize=9,
+            color=plots.GREY,
+            ha="right",
+            va="bottom",
+        )
     return ax
 
 
@@ -159,13 +210,22 @@ def scaling_figure(rows: Sequence[Mapping], log_every: int):
     dims = sorted({row["d_k"] for row in rows})
     fig, axes = plt.subplots(1, len(dims), figsize=(10, 3.6), sharey=True, layout="constrained")
     for ax, d_k in zip(axes, dims, strict=True):
-        runs = {label: [row["curve"] for row in rows if row["d_k"] == d_k and row["scaled"] == s]
-                for label, s in (("divided by √d_k", True), ("not divided", False))}  # fmt: skip
+        runs = {
+            label: [row["curve"] for row in rows if row["d_k"] == d_k and row["scaled"] == s]
+            for label, s in (("divided by √d_k", True), ("not divided", False))
+        }
         steps = [log_every * (i + 1) for i in range(len(runs["not divided"][0]))]
         h = next(row["n_heads"] for row in rows if row["d_k"] == d_k)
-        plots.runs_plot(ax, steps, runs, xlabel="training step", title=f"d_k = {d_k}, h = {h}",
-                        ylabel=f"loss (mean of {log_every} steps)", markers=False,
-                        styles={"not divided": {"linestyle": "--"}})  # fmt: skip
+        plots.runs_plot(
+            ax,
+            steps,
+            runs,
+            xlabel="training step",
+            title=f"d_k = {d_k}, h = {h}",
+            ylabel=f"loss (mean of {log_every} steps)",
+            markers=False,
+            styles={"not divided": {"linestyle": "--"}},
+        )
         ax.axhline(math.log(10), color=plots.GREY, linestyle=":", linewidth=1)  # guessing
         ax.label_outer()
     return fig
@@ -204,8 +264,10 @@ def parse_multiplier(text: str) -> float | None:
     except (ValueError, ZeroDivisionError):
         value = math.nan
     if not 0 < value <= MAX_MULTIPLIER:  # also refuses nan and inf
-        raise ValueError(f"multiplier: expected auto or a number in (0, {MAX_MULTIPLIER:g}] like "
-                         f"0.05, 1/8 or 1/sqrt(512), got {text!r}")  # fmt: skip
+        raise ValueError(
+            f"multiplier: expected auto or a number in (0, {MAX_MULTIPLIER:g}] like "
+            f"0.05, 1/8 or 1/sqrt(512), got {text!r}"
+        )
     return value
 
 
@@ -231,23 +293,38 @@ def saturation_explorer(live: bool | None = None) -> Explorer:
         curve = dict(marker=i, xlabel="d_k", logx=True, ymin=0.0, width=210, height=140)
         return plots.frame(
             plots.svg_bars(p[i], KEY_LABELS, title=formula, highlight=top)
-            + plots.readout({
-                "score multiplier": used, "spread of the scores (std)": f"{float(z[i].std()):.2f}",
-                "lead of the top key": f"{gap:.2f}", "largest weight": f"{float(p[i, top]):.3f}",
-                "entropy": f"{float(entropies[i]):.2f} nats (uniform {max_entropy:.2f})",
-                "gradient gain ‖J‖₂": f"{jac:.2e}" if jac < 1e-3 else f"{jac:.3f}",
-            }),
-            "".join(f"<div>{chart}</div>" for chart in (
-                plots.svg_line(grid, entropies, title="Entropy", ylabel="nats", ymax=max_entropy,
-                               **curve),
-                plots.svg_line(grid, norms, title="Gradient gain ‖J‖₂", ylabel="norm", ymax=0.5,
-                               decimals=3, **curve),
-            )),
+            + plots.readout(
+                {
+                    "score multiplier": used,
+                    "spread of the scores (std)": f"{float(z[i].std()):.2f}",
+                    "lead of the top key": f"{gap:.2f}",
+                    "largest weight": f"{float(p[i, top]):.3f}",
+                    "entropy": f"{float(entropies[i]):.2f} nats (uniform {max_entropy:.2f})",
+                    "gradient gain ‖J‖₂": f"{jac:.2e}" if jac < 1e-3 else f"{jac:.3f}",
+                }
+            ),
+            "".join(
+                f"<div>{chart}</div>"
+                for chart in (
+                    plots.svg_line(
+                        grid, entropies, title="Entropy", ylabel="nats", ymax=max_entropy, **curve
+                    ),
+                    plots.svg_line(
+                        grid,
+                        norms,
+                        title="Gradient gain ‖J‖₂",
+                        ylabel="norm",
+                        ymax=0.5,
+                        decimals=3,
+                        **curve,
+                    ),
+                )
+            ),
             caption=(
                 f"d_k = {d_k}: the top key ({KEY_LABELS[top]}) leads by {gap:.2f}, so it gets "
                 f"e^{gap:.2f} ≈ {ratio} times the weight of the runner-up."
             ),
-        )  # fmt: skip
+        )
 
     return Explorer(
         render,
@@ -299,17 +376,23 @@ def check_score_variance(variance: object, scale: object) -> Verdict:
         "deviation": 1 / expected,
     }
     return all_right(
-        compare_number(variance, expected, name="variance", what="the variance",
-                       mistakes=variance_mistakes),
-        compare_number(scale, 1 / math.sqrt(expected), name="scale", what="the multiplier",
-                       mistakes=scale_mistakes, hint="multiplying a score by s multiplies its "
-                       "variance by s²."),
+        compare_number(
+            variance, expected, name="variance", what="the variance", mistakes=variance_mistakes
+        ),
+        compare_number(
+            scale,
+            1 / math.sqrt(expected),
+            name="scale",
+            what="the multiplier",
+            mistakes=scale_mistakes,
+            hint="multiplying a score by s multiplies its variance by s².",
+        ),
         message=(
             f"Var(q·k) = d_k σ⁴ = {d_k} × {sigma2**2:g} = {expected:g}, so the scores need the "
             f"multiplier 1/{math.sqrt(expected):g}; 1/√d_k is only right for unit-variance "
             "components"
         ),
-    )  # fmt: skip
+    )
 
 
 def check_softmax_jacobian(answer: object) -> Verdict:
@@ -353,17 +436,32 @@ def check_head_scale(d_k: object, scale: object, flat_variance: object) -> Verdi
         "that would be right with 1/√d_k; with 1/√d_model it is d_k / d_model": 1.0,
     }
     return all_right(
-        compare_number(d_k, right_d_k, name="d_k", what="d_k",
-                       mistakes={"768 is d_model; each head has d_model / h dimensions": d_model}),
-        compare_number(scale, 1 / math.sqrt(right_d_k), name="scale", what="the multiplier",
-                       mistakes=scale_mistakes),
-        compare_number(flat_variance, right_d_k / d_model, name="flat_variance",
-                       what="the variance with 1/√d_model", mistakes=variance_mistakes,
-                       hint="Var(s·x) = s² Var(x)."),
+        compare_number(
+            d_k,
+            right_d_k,
+            name="d_k",
+            what="d_k",
+            mistakes={"768 is d_model; each head has d_model / h dimensions": d_model},
+        ),
+        compare_number(
+            scale,
+            1 / math.sqrt(right_d_k),
+            name="scale",
+            what="the multiplier",
+            mistakes=scale_mistakes,
+        ),
+        compare_number(
+            flat_variance,
+            right_d_k / d_model,
+            name="flat_variance",
+            what="the variance with 1/√d_model",
+            mistakes=variance_mistakes,
+            hint="Var(s·x) = s² Var(x).",
+        ),
         message=(
             f"d_k = {right_d_k} and the multiplier is 1/√{right_d_k} = "
             f"{1 / math.sqrt(right_d_k):g}; dividing by √{d_model} instead leaves a variance of "
             f"{right_d_k}/{d_model} = 1/{h}, a softmax at temperature √{h} ≈ "
             f"{math.sqrt(h):.2f}: flatter than intended"
         ),
-    )  # fmt: skip
+    )

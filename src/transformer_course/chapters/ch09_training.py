@@ -45,13 +45,27 @@ def loss_figure(losses: Sequence[float], config: TrainConfig, window: int = 25):
         "loss of each batch": losses,
         f"mean of the last {window}": moving_average(losses, window),
     }
-    plots.line_plot(ax, steps, smooth, xlabel="", ylabel="cross-entropy (nats)",
-                    title="Training loss", logy=True, markers=False)  # fmt: skip
+    plots.line_plot(
+        ax,
+        steps,
+        smooth,
+        xlabel="",
+        ylabel="cross-entropy (nats)",
+        title="Training loss",
+        logy=True,
+        markers=False,
+    )
     ax.get_lines()[0].set(linewidth=0.8, alpha=0.5)
     ax.legend(frameon=False, loc="lower left")  # again, so the legend shows the faint line
     ax.axhline(math.log(10), color=plots.GREY, linestyle=":", linewidth=1)
-    ax.text(steps[-1], math.log(10) * 1.12, "log 10: guessing a digit", ha="right",
-            fontsize=9, color=plots.GREY)  # fmt: skip
+    ax.text(
+        steps[-1],
+        math.log(10) * 1.12,
+        "log 10: guessing a digit",
+        ha="right",
+        fontsize=9,
+        color=plots.GREY,
+    )
     schedule = {"learning rate": [learning_rate(s, config) for s in range(len(losses))]}
     plots.line_plot(ax_lr, steps, schedule, xlabel="training step", ylabel="lr", markers=False)
     ax_lr.legend().remove()
@@ -109,11 +123,17 @@ def alignment_figure(alignment: Alignment):
         for column, head in enumerate([*range(H), None]):
             ax = axes[layer, column]
             name = "mean of heads" if head is None else f"head {head + 1}"
-            plots.heatmap(ax, alignment.matrix(layer, head), alignment.output, alignment.source,
-                          title=name if layer == 0 else None, annotate=False, colorbar=False,
-                          xlabel="source token" if layer == 0 else "",
-                          ylabel=f"layer {layer + 1}\noutput token" if column == 0 else "",
-                          )  # fmt: skip
+            plots.heatmap(
+                ax,
+                alignment.matrix(layer, head),
+                alignment.output,
+                alignment.source,
+                title=name if layer == 0 else None,
+                annotate=False,
+                colorbar=False,
+                xlabel="source token" if layer == 0 else "",
+                ylabel=f"layer {layer + 1}\noutput token" if column == 0 else "",
+            )
             ax.tick_params(labelsize=9, labeltop=layer == 0, labelleft=column == 0)
             ax.title.set_fontsize(11)
     fig.colorbar(axes[0, 0].images[0], ax=axes, shrink=0.8, label="attention weight")
@@ -157,9 +177,15 @@ def alignment_explorer(alignment: Alignment, record=None, live: bool | None = No
     def render(layer: int, head: int | None, digits: Alignment = alignment) -> str:
         m, rows = digits.matrix(layer, head), min(len(digits.output) - 1, len(digits.source))
         name = "mean of heads" if head is None else f"head {head + 1}"
-        heatmap = plots.svg_heatmap(m, digits.output, digits.source,
-                                    title=f"Layer {layer + 1}, {name}",  # short: fits the grid
-                                    row_axis="output", col_axis="source", cell=32)  # fmt: skip
+        heatmap = plots.svg_heatmap(
+            m,
+            digits.output,
+            digits.source,
+            title=f"Layer {layer + 1}, {name}",  # short: fits the grid
+            row_axis="output",
+            col_axis="source",
+            cell=32,
+        )
         answer = " ".join(t for t in digits.output if t != "<eos>")
         right = digits.output == [*reversed(digits.source), "<eos>"]
         readout = {
@@ -226,13 +252,25 @@ def check_shift(decoder_input: object, labels: object) -> Verdict:
             )
     exact = {"atol": 0, "rtol": 0}
     return all_right(
-        compare_tensor(decoder_input, tgt[:-1], name="decoder_input", what="the decoder input",
-                       hint="drop the last position: tgt[:-1]", **exact),
-        compare_tensor(labels, tgt[1:], name="labels", what="the labels",
-                       hint="drop the first position (<bos>): tgt[1:]", **exact),
+        compare_tensor(
+            decoder_input,
+            tgt[:-1],
+            name="decoder_input",
+            what="the decoder input",
+            hint="drop the last position: tgt[:-1]",
+            **exact,
+        ),
+        compare_tensor(
+            labels,
+            tgt[1:],
+            name="labels",
+            what="the labels",
+            hint="drop the first position (<bos>): tgt[1:]",
+            **exact,
+        ),
         message="the decoder reads tgt[:-1] and is scored on tgt[1:]: position t predicts "
         "token t + 1",
-    )  # fmt: skip
+    )
 
 
 def exercise_loss_parts() -> tuple[Tensor, Tensor]:

@@ -111,8 +111,12 @@ def sentence_scores(weights: Tensor, tokens: Sequence[str]) -> dict[str, Tensor]
         raise ValueError(f"weights: expected (..., {n}, {n}) for {n} tokens, got {weights.shape}")
     i = torch.arange(n)
     word = [t if t not in SPECIAL_TOKENS else None for t in tokens]
-    same = torch.tensor([[q != k and word[q] is not None and word[q] == word[k] for k in range(n)]
-                         for q in range(n)])  # (n, n) [q, k]: another copy of q's word  # fmt: skip
+    same = torch.tensor(
+        [
+            [q != k and word[q] is not None and word[q] == word[k] for k in range(n)]
+            for q in range(n)
+        ]
+    )  # (n, n) [q, k]: another copy of q's word
     repeated = same.any(dim=-1)  # (n,) queries whose word occurs again
     on_same = (weights * same).sum(dim=-1)  # (..., n)
     return {
@@ -167,9 +171,17 @@ def score_figure(study: HeadStudy):
     L, h = study.scores[FIGURE_PATTERNS[0]].shape
     fig, axes = plt.subplots(2, 2, figsize=(9.2, 4.4), layout="constrained")
     for ax, name in zip(axes.flat, FIGURE_PATTERNS, strict=True):
-        plots.heatmap(ax, study.scores[name], [str(i + 1) for i in range(L)],
-                      [str(j + 1) for j in range(h)], title=f"Weight on {PATTERNS[name]}",
-                      xlabel="head", ylabel="layer", annotate=False, colorbar=False)  # fmt: skip
+        plots.heatmap(
+            ax,
+            study.scores[name],
+            [str(i + 1) for i in range(L)],
+            [str(j + 1) for j in range(h)],
+            title=f"Weight on {PATTERNS[name]}",
+            xlabel="head",
+            ylabel="layer",
+            annotate=False,
+            colorbar=False,
+        )
     fig.colorbar(axes.flat[0].images[0], ax=axes, shrink=0.7, label="average weight")
     return fig
 
@@ -183,8 +195,9 @@ def heads_figure(study: HeadStudy, heads: Sequence[tuple[int, int]], sentence: i
     fig, axes = plt.subplots(1, len(heads), figsize=(3.1 * len(heads), 3.6), layout="constrained")
     for ax, (layer, head) in zip(axes, heads, strict=True):
         w = study.weights[layer, sentence, head, :n, :n]  # (n, n)
-        plots.heatmap(ax, w, tokens, tokens, title=head_name(layer, head), annotate=False,
-                      colorbar=False)  # fmt: skip
+        plots.heatmap(
+            ax, w, tokens, tokens, title=head_name(layer, head), annotate=False, colorbar=False
+        )
         ax.tick_params(axis="x", labelrotation=90)
     return fig
 
@@ -192,8 +205,17 @@ def heads_figure(study: HeadStudy, heads: Sequence[tuple[int, int]], sentence: i
 def similarity_figure(similarity: Tensor, labels: Sequence[str]):
     """Static figure: the cosine similarity of every pair of sentences."""
     title = "Cosine similarity of the sentence embeddings"
-    return plots.heatmap(None, similarity, labels, labels, title=title, xlabel="sentence",
-                         ylabel="sentence", vmin=-0.2, vmax=1.0).figure  # fmt: skip
+    return plots.heatmap(
+        None,
+        similarity,
+        labels,
+        labels,
+        title=title,
+        xlabel="sentence",
+        ylabel="sentence",
+        vmin=-0.2,
+        vmax=1.0,
+    ).figure
 
 
 # --------------------------------------------------------------------------- widgets
@@ -206,8 +228,10 @@ def sentence_reader(run, max_tokens: int = 16):
     def read(words: str) -> tuple[list[str], Tensor]:
         tokens, weights = run(words)  # [CLS] ... [SEP]
         if not 3 <= len(tokens) <= max_tokens:
-            raise ValueError(f"sentence: expected 1 to {max_tokens - 2} word pieces, got "
-                             f"{len(tokens) - 2} in {words!r}")  # fmt: skip
+            raise ValueError(
+                f"sentence: expected 1 to {max_tokens - 2} word pieces, got "
+                f"{len(tokens) - 2} in {words!r}"
+            )
         return tokens, weights
 
     return read
@@ -224,8 +248,14 @@ def head_explorer(study: HeadStudy, sentence: int = 0, run=None, max_tokens=16, 
     def render(layer: int, head: int, words: tuple[list[str], Tensor] = first) -> str:
         tokens, weights = words
         here = sentence_scores(weights[layer, head], tokens)  # this head on this sentence
-        heatmap = plots.svg_heatmap(weights[layer, head], tokens, tokens, decimals=1, cell=28,
-                                    title=f"Layer {layer + 1}, head {head + 1}")  # fmt: skip
+        heatmap = plots.svg_heatmap(
+            weights[layer, head],
+            tokens,
+            tokens,
+            decimals=1,
+            cell=28,
+            title=f"Layer {layer + 1}, head {head + 1}",
+        )
         readout = {f"on {k}": f"{float(here[k]):.2f}" for k in shown}
         return plots.frame(heatmap, plots.readout(readout, title="Average weight"))
 
@@ -260,8 +290,9 @@ def pattern_explorer(study: HeadStudy, run=None, max_tokens=16, live=None) -> Ex
         tokens, w = sentence[0], sentence[1][layer, head]  # (n, n)
         n = len(tokens)
         mine = sentence_scores(w, tokens)[pattern]
-        heatmap = plots.svg_heatmap(w, tokens, tokens, title=head_name(layer, head), decimals=1,
-                                    cell=24, show_values=False)  # fmt: skip
+        heatmap = plots.svg_heatmap(
+            w, tokens, tokens, title=head_name(layer, head), decimals=1, cell=24, show_values=False
+        )
         readout = {
             "head": head_name(layer, head),
             f"weight on {pattern}, this sentence": f"{float(mine):.2f}",
@@ -273,13 +304,18 @@ def pattern_explorer(study: HeadStudy, run=None, max_tokens=16, live=None) -> Ex
     read = sentence_reader(run, max_tokens) if run else None
     options = {f"{p}  ({head_name(*t[:2])})": p for p, t in tops.items()}
     sentences = {s: b for b, s in enumerate(EXPLORER_SENTENCES)}
-    controls = [dropdown("pattern", options, "Pattern"),
-                dropdown("sentence", sentences, "Sentence", typed=read)]  # fmt: skip
+    controls = [
+        dropdown("pattern", options, "Pattern"),
+        dropdown("sentence", sentences, "Sentence", typed=read),
+    ]
     explorer = Explorer(
-        render, controls, title="The head that best matches each pattern, on other sentences",
-        live=live, caption="Each pattern's head was chosen by its average score over all the "
+        render,
+        controls,
+        title="The head that best matches each pattern, on other sentences",
+        live=live,
+        caption="Each pattern's head was chosen by its average score over all the "
         "study sentences; a head with a real job keeps its pattern from sentence to sentence.",
-    )  # fmt: skip
+    )
     explorer.controls[1].layout.width = SENTENCE_WIDTH  # room for the longest sentence
     return explorer
 
@@ -324,8 +360,10 @@ def check_mask_conversion(answer: object) -> Verdict:
     lengths = hf.sum(dim=1).tolist()
     expected = padding_mask(lengths, max_len=hf.shape[1])  # (3, 1, 1, 6)
     if not isinstance(answer, torch.Tensor):
-        return Verdict.not_yet("the mask could not be read", f"it is a {type(answer).__name__}; "
-                               "build a tensor with transformer_course.masks")  # fmt: skip
+        return Verdict.not_yet(
+            "the mask could not be read",
+            f"it is a {type(answer).__name__}; build a tensor with transformer_course.masks",
+        )
     if answer.dtype != torch.bool:
         return Verdict.not_yet(
             "the mask has the wrong dtype",
@@ -345,8 +383,10 @@ def check_mask_conversion(answer: object) -> Verdict:
             "that it broadcasts over heads and query positions",
         )
     if torch.equal(answer, ~expected):
-        return Verdict.not_yet("the mask is inverted", "True marks the padding (torch.nn's "
-                               "meaning); in this package True means may attend")  # fmt: skip
+        return Verdict.not_yet(
+            "the mask is inverted",
+            "True marks the padding (torch.nn's meaning); in this package True means may attend",
+        )
     return compare_tensor(answer.long(), expected.long(), what="the mask entries")
 
 
@@ -369,16 +409,25 @@ def check_sentence_embeddings(answer: object) -> Verdict:
     states, mask = exercise_states()
     expected = l2_normalise(mean_pool(states, mask))
     pooled = mean_pool(states, mask)
-    return compare_tensor(answer, expected, what="the sentence embeddings", mistakes={
-        "the mean ran over the padding too (sentence 2 averaged its pad row)":
-            l2_normalise(states.mean(dim=1)),
-        "these are the means, not yet divided by their length (L2 norm)": pooled,
-        "this is the first token's state ([CLS] pooling); this model averages its tokens":
-            l2_normalise(states[:, 0]),
-        "the sum over the real tokens, not divided by their number, and not normalised":
-            (states * mask[:, 0, 0, :, None]).sum(dim=1),
-    }, hint="average the rows of each sentence's real tokens, then divide by the vector's length",
-    )  # fmt: skip
+    over_padding = l2_normalise(states.mean(dim=1))
+    first_token = l2_normalise(states[:, 0])
+    unnormalised_sum = (states * mask[:, 0, 0, :, None]).sum(dim=1)
+    return compare_tensor(
+        answer,
+        expected,
+        what="the sentence embeddings",
+        mistakes={
+            "the mean ran over the padding too (sentence 2 averaged its pad row)": over_padding,
+            "these are the means, not yet divided by their length (L2 norm)": pooled,
+            "this is the first token's state ([CLS] pooling); this model averages its tokens": (
+                first_token
+            ),
+            "the sum over the real tokens, not divided by their number, and not normalised": (
+                unnormalised_sum
+            ),
+        },
+        hint="average the rows of each sentence's real tokens, then divide by the vector's length",
+    )
 
 
 def check_next_token_head(answer: object) -> Verdict:
@@ -403,14 +452,19 @@ def check_next_token_head(answer: object) -> Verdict:
             f"{head_name(*best)} puts {value:.2f} of its weight on the next token, on average"
         )
     if (layer, head) == best:
-        return Verdict.not_yet("that head is one off", "you gave indices counted from 0; the "
-                               "figures count layers and heads from 1")  # fmt: skip
+        return Verdict.not_yet(
+            "that head is one off",
+            "you gave indices counted from 0; the figures count layers and heads from 1",
+        )
     if not (1 <= layer <= L and 1 <= head <= h):
-        return Verdict.not_yet("there is no such head",
-                               f"layers run from 1 to {L} and heads from 1 to {h}")  # fmt: skip
+        return Verdict.not_yet(
+            "there is no such head", f"layers run from 1 to {L} and heads from 1 to {h}"
+        )
     if (layer - 1, head - 1) == top_heads(scores["previous token"])[0][:2]:
-        return Verdict.not_yet("that is the previous-token head", "it attends to offset -1; "
-                               "the next token is offset +1 (weights[i, i + 1])")  # fmt: skip
+        return Verdict.not_yet(
+            "that is the previous-token head",
+            "it attends to offset -1; the next token is offset +1 (weights[i, i + 1])",
+        )
     value = float(scores["next token"][layer - 1, head - 1])
     return Verdict.not_yet(
         "another head attends more to the next token",
