@@ -3,7 +3,8 @@
 The server runs on 127.0.0.1 with a random token, no browser, and its own config, data, runtime,
 settings and workspace folders (nothing of the user's is read or written); its kernels are
 Jupyter's ordinary `python3` kernel. Lab exposes its application as `window.jupyterapp`, so the
-test opens notebooks and runs cells with Lab's own commands. The kernels run in a reader's mode:
+test opens notebooks and runs cells with Lab's own commands, every chapter's at once (their kernels
+start side by side, on every core). The kernels run in a reader's mode:
 TRANSFORMER_COURSE_STATIC is removed from their environment, so every `widgets.Explorer` builds its
 live mode. Chromium is Debian's (as in tests/browser), and every request that leaves 127.0.0.1 is
 aborted and recorded, so a CDN dependency fails loudly.
@@ -120,9 +121,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
 
 
 @pytest.fixture(scope="session")
-def lab_page(browser, lab: LabServer):
-    """One page with JupyterLab loaded, for the whole session (Lab's start in the browser takes
-    seconds). Requests that leave 127.0.0.1 are aborted and listed in `page.blocked`."""
+def page(browser, lab: LabServer):
+    """One page with JupyterLab loaded, for the whole session. Every request that leaves
+    127.0.0.1 from the start on is aborted and listed in `page.blocked`."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     blocked: list[str] = []
 
@@ -144,56 +145,70 @@ def lab_page(browser, lab: LabServer):
     context.close()
 
 
-CLOSE_JS = """
-async () => {
+START_JS = """
+({path}) => {
   const app = window.jupyterapp;
-  for (const widget of Array.from(app.shell.widgets("main"))) widget.dispose();
-  await app.serviceManager.sessions.shutdownAll();
+  window.runs = window.runs || {};
+  window.runs[path] = (async () => {
+    const panel = await app.commands.execute("docmanager:open", {path, options: {activate: false}});
+    await panel.context.ready;
+    await panel.sessionContext.ready;
+    const notebook = panel.content;
+    while (notebook.widgets.length === 0) await new Promise((r) => setTimeout(r, 50));
+    // This panel's cells (widgetId, as Lab's cell toolbar names it), not the focused tab's.
+    await app.commands.execute("notebook:run-all-cells", {widgetId: panel.id, activate: false});
+    const errors = [];
+    for (const cell of notebook.widgets) {
+      if (cell.model.type !== "code") continue;
+      for (const output of cell.model.outputs.toJSON()) {
+        if (output.output_type === "error") errors.push(output.ename + ": " + output.evalue);
+      }
+    }
+    return errors;
+  })();
 }
 """
-
-
-@pytest.fixture
-def page(lab_page):
-    """The session's JupyterLab page, its list of blocked requests emptied. Afterwards every
-    document is closed unsaved and every kernel shut down: each holds a torch process."""
-    lab_page.blocked.clear()
-    yield lab_page
-    lab_page.evaluate(CLOSE_JS)
-
-
-RUN_JS = """
+SHOW_JS = """
 async ({path}) => {
+  const errors = await window.runs[path];
   const app = window.jupyterapp;
-  const panel = await app.commands.execute("docmanager:open", {path});
+  const panel = Array.from(app.shell.widgets("main")).find((w) => w.context?.path === path);
   app.shell.activateById(panel.id);
-  await panel.context.ready;
   await panel.revealed;
-  await panel.sessionContext.ready;
-  const notebook = panel.content;
-  while (notebook.widgets.length === 0) await new Promise((r) => setTimeout(r, 50));
-  await app.commands.execute("notebook:run-all-cells");
-  const errors = [];
-  for (const cell of notebook.widgets) {
-    if (cell.model.type !== "code") continue;
-    for (const output of cell.model.outputs.toJSON()) {
-      if (output.output_type === "error") errors.push(output.ename + ": " + output.evalue);
-    }
-  }
   return errors;
 }
 """
+CLOSE_JS = """
+async ({path}) => {
+  const app = window.jupyterapp;
+  const panel = Array.from(app.shell.widgets("main")).find((w) => w.context?.path === path);
+  await panel.sessionContext.shutdown();
+  panel.dispose();
+}
+"""
 
 
-@pytest.fixture
-def run_notebook(page) -> Iterator:
-    """`run_notebook(name)`: open the server's notebook `name` in Lab and run all its cells (Lab's
-    "Run All"); fail on an error output."""
+class Notebooks:
+    """Notebooks run in the session's Lab page: `start(name)` opens and runs one without waiting
+    (Lab runs them side by side, each in its own kernel), `show(name)` waits for it to finish
+    and brings its tab to the front, `close(name)` shuts its kernel down and closes it unsaved."""
 
-    def run(name: str, timeout: float = 120) -> None:
-        page.set_default_timeout(timeout * 1000)
-        errors = page.evaluate(RUN_JS, {"path": name})
+    def __init__(self, page) -> None:
+        self.page = page
+
+    def start(self, name: str) -> None:
+        self.page.evaluate(START_JS, {"path": name})
+
+    def show(self, name: str, timeout: float = 300) -> None:
+        self.page.set_default_timeout(timeout * 1000)
+        errors = self.page.evaluate(SHOW_JS, {"path": name})
         assert errors == [], f"{name}: cells raised {errors}"
-        page.set_default_timeout(30_000)  # from here on each step is one small render
+        self.page.set_default_timeout(30_000)  # from here on each step is one small render
 
-    yield run
+    def close(self, name: str) -> None:
+        self.page.evaluate(CLOSE_JS, {"path": name})
+
+
+@pytest.fixture(scope="session")
+def notebooks(page) -> Notebooks:
+    return Notebooks(page)

@@ -20,6 +20,7 @@ from playwright.sync_api import expect
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 SETUP = "from transformer_course.notebook import setup"
+RENDER = 30_000  # ms for a kernel to draw a picture on a busy machine
 
 
 @dataclass(frozen=True)
@@ -157,12 +158,22 @@ def build_notebook(row: Row, folder: Path) -> str:
     return row.notebook
 
 
+@pytest.fixture(scope="session")
+def started(request: pytest.FixtureRequest, lab, notebooks) -> None:
+    """Every selected row's notebook, started at once: the kernels import torch side by side, on
+    every core, while the test drives the first explorers ready."""
+    for item in request.session.items:
+        row = getattr(item, "callspec", None) and item.callspec.params.get("row")
+        if isinstance(row, Row):
+            notebooks.start(build_notebook(row, lab.root))
+
+
 @pytest.mark.parametrize("row", ROWS, ids=[row.notebook.split("_")[0] for row in ROWS])
-def test_explorer_redraws_for_a_typed_or_keyed_value(row: Row, lab, page, run_notebook):
-    run_notebook(build_notebook(row, lab.root))
+def test_explorer_redraws_for_a_typed_or_keyed_value(row: Row, started, notebooks, page):
+    notebooks.show(row.notebook)
     area = page.locator(".jp-OutputArea-output", has=page.get_by_text(row.title))
     picture = area.locator(".widget-html", has=page.locator("svg"))  # live mode: one view
-    expect(picture).to_be_visible()
+    expect(picture).to_be_visible(timeout=RENDER)
     assert area.get_by_text("Run this notebook").count() == 0  # live: no static hint
     before = picture.text_content()
     assert not [text for text in row.shows if text in before], before
@@ -177,5 +188,6 @@ def test_explorer_redraws_for_a_typed_or_keyed_value(row: Row, lab, page, run_no
         for key in row.keys:
             handle.press(key)
     for text in row.shows:
-        expect(picture).to_contain_text(text)
+        expect(picture).to_contain_text(text, timeout=RENDER)
     assert page.blocked == []  # nothing tried to leave 127.0.0.1
+    notebooks.close(row.notebook)
