@@ -171,14 +171,12 @@ package: $(VENV_STAMP) ## all the package tests, quick and slow (what `make test
 
 # One thread, as `make notebooks` executes them (tools/execute_notebooks.py): chapter 9 trains its
 # model in the notebook, and what it learns depends on the thread count (sums in another order).
-# The kernels are forked from one process that has imported torch (tools/kernel_zygote.py): each
-# notebook's kernel then starts in about 1.5 s instead of 4.
 nbval: $(VENV_STAMP) ## every notebook re-run and compared with its saved outputs (nbval)
 	@if [ -z "$(NOTEBOOKS)" ]; then \
 		echo "nbval: notebooks/ has no notebook yet: nothing to validate."; \
 	else \
-		TRANSFORMER_COURSE_STATIC=1 OMP_NUM_THREADS=1 $(PY) tools/kernel_zygote.py run -- \
-			$(PY) -m pytest $(NBVAL_FLAGS) $(NOT_HYPOTHESIS) $(NOT_ANYIO) $(if $(XDIST),$(XDIST) --dist loadfile) notebooks/; \
+		TRANSFORMER_COURSE_STATIC=1 OMP_NUM_THREADS=1 $(PY) -m pytest $(NBVAL_FLAGS) \
+			$(NOT_HYPOTHESIS) $(NOT_ANYIO) $(if $(XDIST),$(XDIST) --dist loadfile) notebooks/; \
 	fi
 
 chromium:
@@ -209,8 +207,9 @@ chromium:
 browser: $(VENV_STAMP) $(ASSETS_STAMP) chromium ## the built book in headless Chromium (offline, widgets, axe, phone)
 	CHROMIUM=$$($(FIND_CHROMIUM)) $(PY) -m pytest tests/browser $(NOT_NBVAL) $(NOT_HYPOTHESIS) $(NOT_ANYIO) $(XDIST) --durations=5
 
+# One process: one JupyterLab and one Chromium page for the whole run, one chapter at a time.
 live: $(VENV_STAMP) chromium ## the widgets' live mode: a local JupyterLab driven by Chromium
-	$(ONE_THREAD_EACH) CHROMIUM=$$($(FIND_CHROMIUM)) $(PY) -m pytest tests/live $(NOT_NBVAL) $(NOT_HYPOTHESIS) $(NOT_ANYIO) $(XDIST) --durations=5
+	CHROMIUM=$$($(FIND_CHROMIUM)) $(PY) -m pytest tests/live $(NOT_NBVAL) $(NOT_HYPOTHESIS) $(NOT_ANYIO) --durations=5
 
 # --------------------------------------------------------------------------- working on it
 
