@@ -16,34 +16,23 @@
   sideways on a phone, so its text is text and the map's links work (an <img> would make them
   inert). Each link names its target page in `data-doc`; its href is rewritten for the page it
   lands on, and a link to a page that is not in the book is a build warning.
-- The Chinese editions (tools/i18n.py builds them into _build/html/zh-Hans/ and zh-Hant/): a
-  language switcher on every page of every edition that opens the same page in another language
-  (with `<link rel="alternate" hreflang>`), the diagrams' labels from the catalogue diagrams.po,
-  the prose comments of the exercises' hidden solutions from solutions.po (on the page only), and,
-  as each page's download, its notebook (or Markdown) with the prose translated and the code
-  unchanged.
-- Speeds up two things a Chinese build does thousands of times, with the same output (compared
-  byte for byte): the search's lookup of the Latin words it has seen (_LatinTerms) and MyST's
-  default document settings, made once instead of for each translated message
-  (_default_settings_once; a Chinese build: 45 s -> 36 s).
-- Unhooks sphinx-thebe (Jupyter Book always loads it): the book has no live-code button, and the
-  extension writes its inline setup script twice, which throws "Identifier 'THEBE_JS_URL' has
-  already been declared" in the console of every page.
+- The Chinese editions (`sphinx-build -D language=zh_CN`, see tools/i18n.py): their title and
+  search placeholder; on every page of every edition a switcher to the same page in the others
+  (with `<link rel="alternate" hreflang>`); the diagrams' labels from diagrams.po and the prose
+  comments of the exercises' hidden solutions from solutions.po; the toc's part captions; and, as
+  each page's download, its notebook (or Markdown) with the prose translated, the code unchanged.
 """
 
 from __future__ import annotations
 
-import copy
 import re
 from html import escape
 from pathlib import Path
 
 import i18n
+import snowballstemmer
 from docutils import nodes
-from docutils.frontend import get_default_settings
-from docutils.utils import new_document
-from myst_parser.mdit_to_docutils import base as mdit_base
-from sphinx import addnodes, search
+from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.config import Config
 from sphinx.errors import ConfigError
@@ -79,20 +68,14 @@ def _repository_buttons(app: Sphinx, config: Config) -> None:
         launch.pop("colab_url", None)
 
 
-# The sphinx-thebe handlers that add its scripts and page nodes (its static path, which serves the
-# stylesheet it registers, stays).
-THEBE_HANDLERS = {"init_thebe_core", "update_thebe_context"}
-
-
-def _unhook_thebe(app: Sphinx, config: Config) -> None:
-    for listeners in app.events.listeners.values():
-        for listener in list(listeners):
-            handler = listener.handler
-            if (
-                getattr(handler, "__module__", "").startswith("sphinx_thebe")
-                and getattr(handler, "__name__", "") in THEBE_HANDLERS
-            ):
-                app.disconnect(listener.id)
+def _edition(app: Sphinx, config: Config) -> None:
+    """A Chinese edition's title and search placeholder (configuration, not messages), and its
+    BCP 47 language tag (zh-Hans, not Sphinx's zh-CN) for the pages' lang attribute."""
+    edition = i18n.EDITIONS.get(config.language)
+    if edition:
+        config.html_title = edition.title
+        config.html_theme_options = {**config.html_theme_options, "search_bar_text": edition.search}
+        config.html_context = {**config.html_context, "language": edition.folder}
 
 
 def _check_assets(app: Sphinx) -> None:
@@ -257,60 +240,28 @@ def _note_catalogues(app: Sphinx, doctree: nodes.document) -> None:
             app.env.note_dependency(str(root / f"{name}.po"))
 
 
-class _LatinTerms(list):
-    """Sphinx's Chinese search keeps the Latin words it has seen in a list and asks, for every word
-    it indexes, whether the word is in it: a search through the whole list each time (a Chinese
-    edition's build took 69 s with it, 50 s without). The same list, answering from a set."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._seen: set[str] = set()
-
-    def extend(self, words) -> None:
-        words = list(words)
-        super().extend(words)
-        self._seen.update(words)
-
-    def __contains__(self, word: object) -> bool:
-        return word in self._seen
+ENGLISH_STEMMER = snowballstemmer.stemmer("english")
+LATIN_WORD = re.compile(r"[a-zA-Z0-9_]+")
 
 
-class FastSearchChinese(SearchChinese):
-    """Sphinx's Chinese search language with _LatinTerms: the same index, sooner."""
+class ChineseSearch(SearchChinese):
+    """Sphinx's Chinese search (jieba), with a Latin word that stemming would cut below three
+    letters kept whole ('being', not 'be'), decided by the word itself. Sphinx asks instead whether
+    the word is in a list of every Latin word it has seen, which grows with the book: the lookups
+    were a third of a Chinese edition's build. Same index (tests/test_translations.py)."""
 
-    def init(self, options: dict[str, str]) -> None:
-        super().init(options)
-        self.latin_terms = _LatinTerms()
-
-
-def _fast_chinese_search(app: Sphinx, config: Config) -> None:
-    if config.language in i18n.EDITIONS:  # zh_CN, zh_TW: Sphinx looks up "zh"
-        search.languages["zh"] = FastSearchChinese
-
-
-def _default_settings_once() -> None:
-    """MyST builds a docutils document with freshly made default settings each time it renders
-    Markdown, even when it is given the document to render into (`options.get("document",
-    make_document())` makes the default first) and then drops it. Making docutils' default
-    settings reads every component's option specification (about 4 ms), and a Chinese edition
-    renders each of its 3,300 translated messages on its own. Made once per parser class, each
-    document gets its own copy (tests/test_translations.py compares them)."""
-    cache: dict[type, object] = {}
-
-    def make_document(source_path="notset", parser_cls=mdit_base.RSTParser) -> nodes.document:
-        if parser_cls not in cache:
-            cache[parser_cls] = get_default_settings(parser_cls)
-        return new_document(source_path, settings=copy.deepcopy(cache[parser_cls]))
-
-    mdit_base.make_document = make_document
+    def stem(self, word: str) -> str:
+        stemmed = ENGLISH_STEMMER.stemWord(word.lower())
+        if len(word) >= 3 and len(stemmed) < 3 and LATIN_WORD.fullmatch(word):
+            return word.lower()
+        return stemmed
 
 
 def setup(app: Sphinx) -> dict[str, bool]:
-    _default_settings_once()
     app.set_html_assets_policy("always")  # MathJax on every page (titles in the navigation)
     app.connect("config-inited", _repository_buttons)
-    app.connect("config-inited", _unhook_thebe)
-    app.connect("config-inited", _fast_chinese_search)
+    app.connect("config-inited", _edition)
+    app.add_search_language(ChineseSearch)
     app.connect("builder-inited", _check_assets)
     app.connect("doctree-resolved", _inline_diagrams)
     app.connect("doctree-resolved", _translate_comments)

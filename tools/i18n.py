@@ -1,19 +1,18 @@
-"""The book's Chinese editions: catalogues, the Traditional conversion, the gate, the builds.
+"""The book's Chinese editions: the steps around the standard tools, and what no tool does.
 
-    python tools/i18n.py extract       # the English messages -> _build/gettext/**/*.pot
-    python tools/i18n.py update        # merge into locales/zh_CN (new: empty, changed: fuzzy)
-    python tools/i18n.py hant          # locales/zh_TW from locales/zh_CN (OpenCC s2tw + terms)
+    python tools/i18n.py update        # extract, merge into locales/zh_CN (sphinx-intl), then hant
+    python tools/i18n.py hant          # locales/zh_TW from locales/zh_CN (OpenCC s2tw + the terms)
     python tools/i18n.py check         # the gate: missing, untranslated, fuzzy; markup; terms
     python tools/i18n.py lint [FILES]  # markup and terms of some catalogues (translators' check)
     python tools/i18n.py build zh_CN   # the Simplified edition -> _build/html/zh-Hans/
 
-One source, two languages (the Sphinx convention): the English pages are the source; Sphinx's
-gettext builder extracts every paragraph, heading, caption and alt text as a message; translators
-fill the Simplified catalogues in locales/zh_CN/ by hand; the Traditional ones in locales/zh_TW/
-are generated from them and never edited (CONTRIBUTING.md says why the profile is s2tw). The
-diagrams' labels have their own catalogue, diagrams.po, read by tools/book_ext.py when it inlines
-an SVG. Code cells, their outputs and the widgets' frames are not messages: they stay as the
-kernel printed them.
+Sphinx does the work with the configuration Jupyter Book derives from _config.yml (`jupyter-book
+config sphinx .` writes it to conf.py): `sphinx-build -b gettext` extracts every paragraph, heading,
+caption and alt text as a message, `sphinx-intl update` merges them into the catalogues, and
+`sphinx-build -D language=zh_CN` builds an edition. Code cells, their outputs and the widgets'
+frames are not messages. Two catalogues are ours: diagrams.po (the diagrams' labels, read by
+tools/book_ext.py when it inlines an SVG) and solutions.po (the prose comments of the exercises'
+hidden solutions).
 """
 
 from __future__ import annotations
@@ -23,9 +22,12 @@ import csv
 import functools
 import html
 import io
+import os
 import re
 import shutil
+import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,8 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 LOCALES = ROOT / "locales"
 TERMS = LOCALES / "terms.csv"
 POT_DIR = ROOT / "_build" / "gettext"
+HTML = ROOT / "_build" / "html"
 DIAGRAMS = ROOT / "book" / "diagrams"
 SIMPLIFIED, TRADITIONAL = "zh_CN", "zh_TW"
+BIN = Path(sys.executable).parent  # the console scripts installed beside this Python
 
 
 @dataclass(frozen=True)
@@ -52,17 +56,66 @@ EDITIONS = {
     TRADITIONAL: Edition("zh-Hant", "繁體中文", "從零構建 Transformer", "搜尋本書…", "示意圖："),
 }
 ENGLISH = Edition("en", "English", "", "", "Diagram: ")
-HTML = ROOT / "_build" / "html"
 # OpenCC's profile for the Traditional edition: Taiwan's standard characters (為, 裡, 著), no phrase
 # conversion, so 網絡, 信息, 數據 and 概率 stay the note's words. CONTRIBUTING.md gives the reasons.
 OPENCC_PROFILE = "s2tw.json"
+
+
+# --------------------------------------------------------------------------- the standard tools
+
+
+def sphinx(*args: str | Path) -> int:
+    """sphinx-build in the root, with conf.py rewritten when _config.yml or _toc.yml is newer."""
+    conf = ROOT / "conf.py"
+    sources = [ROOT / "_config.yml", ROOT / "_toc.yml"]
+    if not conf.exists() or any(conf.stat().st_mtime < s.stat().st_mtime for s in sources):
+        command = [BIN / "jupyter-book", "config", "sphinx", "."]
+        subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    # conf.py names tools/book_ext.py, which `jupyter-book build` finds by _config.yml's path.
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tools")}
+    command = [BIN / "sphinx-build", *args]
+    return subprocess.run([str(a) for a in command], cwd=ROOT, env=env).returncode
+
+
+def extract(outdir: Path = POT_DIR) -> Path:
+    """The English messages: a .pot per page (Sphinx's gettext builder), diagrams and solutions."""
+    from babel.messages.catalog import Catalog
+
+    if outdir.exists():
+        shutil.rmtree(outdir)
+    if sphinx("-b", "gettext", "-E", "-q", "-d", outdir / ".doctrees", ".", outdir):
+        raise SystemExit("the gettext build failed")
+    for name, messages in (("diagrams", diagram_messages()), ("solutions", solution_messages())):
+        catalog = Catalog(project=name)
+        for message in messages:
+            catalog.add(message)
+        write_po(catalog, outdir / f"{name}.pot")
+    return outdir
+
+
+def update() -> None:
+    """New messages arrive empty and changed ones fuzzy (their old translation as a hint), so the
+    gate fails until a translator has looked at them; then the Traditional catalogues follow."""
+    pot_dir = extract()
+    command = [BIN / "sphinx-intl", "update", "-p", pot_dir, "-d", LOCALES, "-l", SIMPLIFIED]
+    subprocess.run([*map(str, command), "-w", "0", "--no-obsolete"], cwd=ROOT, check=True)
+    hant()
+
+
+def build(language: str, *, fresh: bool = False, quiet: bool = False) -> int:
+    """One Chinese edition into _build/html/<folder>/, its doctrees its own; warnings fail it."""
+    options = ["-W", "-n", "--keep-going", "-D", f"language={language}"]
+    options += ["-d", f"_build/.doctrees-{language}", *(["-E"] if fresh else [])]
+    return sphinx(
+        "-b", "html", *options, *(["-q"] if quiet else []), ".", HTML / EDITIONS[language].folder
+    )
 
 
 # --------------------------------------------------------------------------- catalogues
 
 
 def catalogue_paths(language: str) -> list[Path]:
-    """Every .po file of one language, sorted (the pages' catalogues and diagrams.po)."""
+    """Every .po file of one language, sorted (the pages' catalogues, diagrams.po, solutions.po)."""
     return sorted((LOCALES / language / "LC_MESSAGES").rglob("*.po"))
 
 
@@ -78,62 +131,24 @@ def write_po(catalog, path: Path) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
-    _write(buffer, catalog, width=0, omit_header=False, sort_output=False, include_previous=True)
+    _write(buffer, catalog, width=0, include_previous=True)
     path.write_bytes(buffer.getvalue())
 
 
 def translations(language: str) -> dict[str, dict[str, str]]:
     """{domain: {msgid: msgstr}} of the finished messages (not empty, not fuzzy) of one language."""
-    out: dict[str, dict[str, str]] = {}
     root = LOCALES / language / "LC_MESSAGES"
-    for path in catalogue_paths(language):
-        domain = path.relative_to(root).with_suffix("").as_posix()
-        out[domain] = {
+    return {
+        path.relative_to(root).with_suffix("").as_posix(): {
             m.id: m.string
             for m in read_po(path)
             if m.id and isinstance(m.id, str) and m.string and not m.fuzzy
         }
-    return out
+        for path in catalogue_paths(language)
+    }
 
 
-# --------------------------------------------------------------------------- extraction
-
-
-def sphinx_build(builder: str, outdir: Path, doctrees: Path, overrides: dict, **kw) -> int:
-    """One Sphinx build of the book, configured from _config.yml as `jupyter-book build` does."""
-    from jupyter_book.sphinx import build_sphinx
-
-    sys.path.insert(0, str(ROOT / "tools"))
-    config = {"external_toc_path": "_toc.yml", "latex_individualpages": False, **overrides}
-    return build_sphinx(
-        ROOT,
-        outdir,
-        noconfig=True,
-        path_config=str(ROOT / "_config.yml"),
-        confoverrides=config,
-        builder=builder,
-        doctreedir=doctrees,
-        **kw,
-    )
-
-
-def diagram_messages() -> list[str]:
-    """The prose in the diagrams: text in a non-monospace font, titles and aria-labels.
-
-    Code (monospace: names, shapes) and bare symbols stay as they are, so they are not messages.
-    """
-    found: dict[str, None] = {}
-    for svg in sorted(DIAGRAMS.glob("*.svg")):
-        text = svg.read_text(encoding="utf-8")
-        for m in DIAGRAM_TEXT.finditer(text):
-            if "monospace" in m.group("attrs"):
-                continue
-            found.setdefault(html.unescape(m.group("body")).strip(), None)
-        for m in DIAGRAM_TAIL.finditer(text):
-            found.setdefault(html.unescape(m.group("body")).strip(), None)
-        for m in DIAGRAM_LABEL.finditer(text):
-            found.setdefault(html.unescape(m.group(1)), None)
-    return [s for s in found if re.search(r"[A-Za-z]{2,}", s)]
+# --------------------------------------------------------------------------- diagrams
 
 
 DIAGRAM_TEXT = re.compile(r"<(?P<tag>text|tspan|title|desc)(?P<attrs>[^>]*)>(?P<body>[^<]+)<")
@@ -142,21 +157,32 @@ DIAGRAM_LABEL = re.compile(r'aria-label="([^"]+)"')
 DIAGRAM_TAIL = re.compile(r"(?P<tag></tspan>)(?P<attrs>)(?P<body>[^<]+)<")
 
 
+def diagram_messages() -> list[str]:
+    """The prose in the diagrams: text in a non-monospace font, titles and aria-labels (code, in
+    monospace, and bare symbols stay as they are)."""
+    found: dict[str, None] = {}
+    for svg in sorted(DIAGRAMS.glob("*.svg")):
+        text = svg.read_text(encoding="utf-8")
+        for pattern in (DIAGRAM_TEXT, DIAGRAM_TAIL):
+            for m in pattern.finditer(text):
+                if "monospace" not in m.group("attrs"):
+                    found.setdefault(html.unescape(m.group("body")).strip(), None)
+        for m in DIAGRAM_LABEL.finditer(text):
+            found.setdefault(html.unescape(m.group(1)), None)
+    return [s for s in found if re.search(r"[A-Za-z]{2,}", s)]
+
+
 def translate_svg(svg: str, messages: dict[str, str]) -> str:
     """A diagram with its prose (as `diagram_messages` finds it) replaced by its translation."""
 
     def text(m: re.Match) -> str:
-        if "monospace" in m.group("attrs"):
-            return m.group(0)
         body = html.unescape(m.group("body"))
         new = messages.get(body.strip())
-        if new is None:
+        if new is None or "monospace" in m.group("attrs"):
             return m.group(0)
-        body = body.replace(body.strip(), new)
-        start = m.group("tag") if m.group("tag").startswith("</") else f"<{m.group('tag')}"
-        return f"{start}{m.group('attrs')}{'' if start.startswith('</') else '>'}" + (
-            f"{html.escape(body, quote=False)}<"
-        )
+        tag = m.group("tag")
+        start = tag if tag.startswith("</") else f"<{tag}{m.group('attrs')}>"
+        return f"{start}{html.escape(body.replace(body.strip(), new), quote=False)}<"
 
     def label(m: re.Match) -> str:
         new = messages.get(html.unescape(m.group(1)))
@@ -165,20 +191,20 @@ def translate_svg(svg: str, messages: dict[str, str]) -> str:
     return DIAGRAM_LABEL.sub(label, DIAGRAM_TAIL.sub(text, DIAGRAM_TEXT.sub(text, svg)))
 
 
+# --------------------------------------------------------------------------- downloads
+
+
 # A message is a block's text with its line breaks turned into spaces. It starts a line (after the
 # indentation and the markers of a heading, list item or quote) or a table cell, and ends one.
 _LEAD = r"(?:^[ \t]*(?:(?:[-*+>]|\d+[.)]|#{1,6}|:)[ \t]+)*|(?<=\|)[ \t]*)"
 _TRAIL = r"(?=[ \t]*(?:$|\|))"
-
-
 # A fenced code block; a fence whose info string is a directive (```{note}) holds prose and is kept.
 _CODE_FENCE = re.compile(r"^([ \t]*)(`{3,}|~{3,})(?![ \t]*\{).*?\n.*?^\1\2[ \t]*$", re.M | re.S)
 
 
 @functools.cache
 def _message_pattern(msgid: str) -> re.Pattern:
-    """The message as a block of the markdown source, where a line break may stand for a space
-    (compiled once: a notebook's cells each try every message of the page)."""
+    """The message as a block of the markdown source, where a line break may stand for a space."""
     body = r"\s+".join(re.escape(word) for word in msgid.split(" "))
     return re.compile(rf"(?P<lead>{_LEAD}){body}{_TRAIL}", re.M)
 
@@ -205,12 +231,8 @@ def translate_markdown(text: str, messages: dict[str, str]) -> str:
         return replace
 
     for msgid in sorted(messages, key=len, reverse=True):
-        if msgid.startswith("\n") or msgid.strip() != msgid:
-            continue  # a maths block: the same in every language
-        if msgid.split(" ", 1)[0] not in text:
-            continue  # cannot match: most messages are another cell's
-        # The translation keeps one line per message; inside an indented block (a list item, a
-        # glossary definition) that is still the same block.
+        if msgid.strip() != msgid or msgid.split(" ", 1)[0] not in text:
+            continue  # a maths block (the same in every language), or another cell's message
         text = _message_pattern(msgid).sub(put(messages[msgid]), text)
     return re.sub("\x00(\\d+)\x00", lambda m: slots[int(m.group(1))], text)
 
@@ -228,7 +250,7 @@ def translate_notebook(source: Path, messages: dict[str, str]):
 
 # A comment in a hidden cell (an exercise's solution): `x = 1  # the prose`, two words or more.
 _COMMENT = re.compile(r"(?:^|\s)#\s*(?P<body>.*\S)\s*$", re.M)
-HIDDEN = ("hide-cell", "hide-input")
+HIDDEN = {"hide-cell", "hide-input"}
 
 
 def solution_messages() -> list[str]:
@@ -238,7 +260,7 @@ def solution_messages() -> list[str]:
     found: dict[str, None] = {}
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         for cell in nbformat.read(path, as_version=4).cells:
-            if cell.cell_type == "code" and set(HIDDEN) & set(cell.metadata.get("tags", [])):
+            if cell.cell_type == "code" and HIDDEN & set(cell.metadata.get("tags", [])):
                 for m in _COMMENT.finditer(cell.source):
                     if re.search(r"[A-Za-z]{2,}\s+[A-Za-z]{2,}", m.group("body")):
                         found.setdefault(m.group("body"), None)
@@ -255,53 +277,6 @@ def translate_comments(code: str, messages: dict[str, str]) -> str:
     return _COMMENT.sub(comment, code)
 
 
-def extract(outdir: Path = POT_DIR) -> Path:
-    """Write the English messages: one .pot per page (Sphinx's gettext builder) and diagrams.pot."""
-    from babel.messages.catalog import Catalog
-    from babel.messages.pofile import write_po as _write
-
-    if outdir.exists():
-        shutil.rmtree(outdir)
-    status = sphinx_build(
-        "gettext",
-        outdir,
-        outdir.parent / ".doctrees-gettext",
-        # One catalogue per page, without line numbers or uuids: a page's catalogue changes only
-        # when its text does.
-        {"gettext_compact": False, "gettext_uuid": False, "gettext_location": False},
-        freshenv=True,
-        really_quiet=True,
-    )
-    if status:
-        raise SystemExit(f"the gettext build failed ({status})")
-    for name, messages in (("diagrams", diagram_messages()), ("solutions", solution_messages())):
-        catalog = Catalog(project=name)
-        for message in messages:
-            catalog.add(message)
-        with (outdir / f"{name}.pot").open("wb") as f:
-            _write(f, catalog, width=0)
-    return outdir
-
-
-def update(pot_dir: Path = POT_DIR) -> None:
-    """Merge the extracted messages into the Simplified catalogues, then regenerate the Traditional.
-
-    A new message arrives empty and a changed one fuzzy (with its old translation as a hint), so the
-    gate fails until a translator has looked at it.
-    """
-    from babel.messages.catalog import Catalog
-
-    root = LOCALES / SIMPLIFIED / "LC_MESSAGES"
-    for pot in sorted(pot_dir.rglob("*.pot")):
-        target = root / pot.relative_to(pot_dir).with_suffix(".po")
-        template = read_po(pot)
-        catalog = read_po(target) if target.exists() else Catalog(locale="zh_Hans_CN")
-        catalog.update(template, no_fuzzy_matching=False)
-        catalog.obsolete.clear()
-        write_po(catalog, target)
-    hant()
-
-
 # --------------------------------------------------------------------------- Traditional
 
 
@@ -312,20 +287,22 @@ def read_terms() -> list[dict[str, str]]:
 
 
 @functools.cache
-def _term_fixes() -> tuple[tuple[str, str], ...]:
-    """(OpenCC's Traditional, the table's) for each term where the two differ."""
+def _opencc():
     import opencc
 
-    converter = opencc.OpenCC(OPENCC_PROFILE)
-    pairs = ((converter.convert(t["zh_hans"]), t["zh_hant"]) for t in read_terms())
+    return opencc.OpenCC(OPENCC_PROFILE)
+
+
+@functools.cache
+def _term_fixes() -> tuple[tuple[str, str], ...]:
+    """(OpenCC's Traditional, the table's) for each term where the two differ."""
+    pairs = ((_opencc().convert(t["zh_hans"]), t["zh_hant"]) for t in read_terms())
     return tuple((ours, table) for ours, table in pairs if ours != table)
 
 
-def to_traditional(text: str, converter=None) -> str:
+def to_traditional(text: str) -> str:
     """Simplified -> Traditional: OpenCC's s2tw, then each term as the term table writes it."""
-    import opencc
-
-    out = (converter or opencc.OpenCC(OPENCC_PROFILE)).convert(text)
+    out = _opencc().convert(text)
     for converted, term in _term_fixes():
         out = out.replace(converted, term)
     return out
@@ -333,35 +310,28 @@ def to_traditional(text: str, converter=None) -> str:
 
 def traditional_catalogue(simplified):
     """The Traditional catalogue made from a Simplified one (same messages, same flags)."""
-    import opencc
     from babel.messages.catalog import Catalog
 
-    converter = opencc.OpenCC(OPENCC_PROFILE)
     out = Catalog(
         locale="zh_Hant_TW",
         project=simplified.project,
         fuzzy=False,
         creation_date=simplified.creation_date,  # regenerating changes nothing unless the text does
     )
-    for message in simplified:
-        if not message.id:
-            continue
-        string = to_traditional(message.string, converter) if message.string else ""
-        out.add(message.id, string, flags=message.flags, auto_comments=message.auto_comments)
+    for m in simplified:
+        if m.id:
+            string = to_traditional(m.string) if m.string else ""
+            out.add(m.id, string, flags=m.flags, auto_comments=m.auto_comments)
     return out
 
 
 def hant() -> list[Path]:
     """Regenerate locales/zh_TW from locales/zh_CN; returns the files written."""
-    source = LOCALES / SIMPLIFIED / "LC_MESSAGES"
-    target = LOCALES / TRADITIONAL / "LC_MESSAGES"
-    if target.exists():
-        shutil.rmtree(target)
-    written = []
-    for path in catalogue_paths(SIMPLIFIED):
-        out = target / path.relative_to(source)
+    source, target = (LOCALES / x / "LC_MESSAGES" for x in (SIMPLIFIED, TRADITIONAL))
+    shutil.rmtree(target, ignore_errors=True)
+    written = [target / path.relative_to(source) for path in catalogue_paths(SIMPLIFIED)]
+    for path, out in zip(catalogue_paths(SIMPLIFIED), written, strict=True):
         write_po(traditional_catalogue(read_po(path)), out)
-        written.append(out)
     return written
 
 
@@ -384,18 +354,14 @@ class Count:
 _NOT_PROSE = re.compile(
     r"`[^`]*`|\$\$.*?\$\$|\$[^$]*\$|\]\([^)]*\)|<[^>]*>|https?://\S+|\{[a-z]+\}", re.S
 )
+_THREE_WORDS = re.compile(r"[A-Za-z]{2,}[,;:]?\s+[A-Za-z]{2,}[,;:]?\s+[A-Za-z]{2,}")
+# Pages whose English may stay (titles of papers and books, authors).
+COPY_ALLOWED = {"book/references"}
 
 
 def english_prose(text: str) -> bool:
     """True when a text has English words to translate (three in a row outside code and maths)."""
     return bool(_THREE_WORDS.search(_NOT_PROSE.sub(" ", text)))
-
-
-_THREE_WORDS = re.compile(r"[A-Za-z]{2,}[,;:]?\s+[A-Za-z]{2,}[,;:]?\s+[A-Za-z]{2,}")
-
-
-# Pages whose English may stay (titles of papers and books, authors).
-COPY_ALLOWED = {"book/references"}
 
 
 def check_language(language: str, pot_dir: Path = POT_DIR) -> dict[str, Count]:
@@ -426,81 +392,33 @@ def check_language(language: str, pot_dir: Path = POT_DIR) -> dict[str, Count]:
     return counts
 
 
-def term_pattern(english: str) -> re.Pattern:
-    words = r"[\s-]+".join(re.escape(w) for w in re.split(r"[\s-]+", english))
-    # Plurals, "masked", "normalization": the forms the English text uses.
-    words = words.replace("normalisation", "normali[sz]ation").replace("matrix", "matri(?:x|ces)")
-    return re.compile(rf"(?<![\w`]){words}(?:s|es|ed)?(?![\w`])", re.I)
-
-
-def term_exemptions(message) -> set[str]:
-    """Terms a translator marked as used in another sense here: a comment `# term-exempt: key`."""
-    return {
-        name.strip()
-        for comment in message.user_comments
-        if comment.strip().startswith("term-exempt:")
-        for name in comment.split(":", 1)[1].split(",")
-    }
-
-
-def check(pot_dir: Path | None = None) -> int:
+def check() -> int:
     """Print the gate's counts for both languages; returns the number of problems."""
-    pot_dir = pot_dir or extract()
     problems = 0
-    for language in EDITIONS:
-        total = Count()
-        for domain, count in check_language(language, pot_dir).items():
-            for name in ("messages", "missing", "untranslated", "fuzzy"):
-                setattr(total, name, getattr(total, name) + getattr(count, name))
-            if count.bad:
-                print(
-                    f"  {language} {domain}: {count.missing} missing, {count.untranslated} "
-                    f"untranslated, {count.fuzzy} fuzzy of {count.messages}"
-                )
-        found = lint(catalogue_paths(language), language)
-        for line in found[:20]:
-            print(f"  {language} {line}")
-        print(
-            f"{language}: {total.messages} messages, {total.missing} missing, "
-            f"{total.untranslated} untranslated, {total.fuzzy} fuzzy; "
-            f"{len(found)} markup or term problems"
-        )
-        problems += total.bad + len(found)
+    with tempfile.TemporaryDirectory() as tmp:
+        pot_dir = extract(Path(tmp) / "gettext")
+        for language in EDITIONS:
+            counts = check_language(language, pot_dir)
+            for domain, c in counts.items():
+                if c.bad:
+                    print(
+                        f"  {language} {domain}: {c.missing} missing, {c.untranslated} "
+                        f"untranslated, {c.fuzzy} fuzzy of {c.messages}"
+                    )
+            found = lint(catalogue_paths(language), language)
+            for line in found[:20]:
+                print(f"  {language} {line}")
+            total = {k: sum(getattr(c, k) for c in counts.values()) for k in vars(Count())}
+            print(
+                ", ".join(f"{v} {k}" for k, v in total.items()),
+                f"in {language};",
+                f"{len(found)} markup or term problems",
+            )
+            problems += sum(c.bad for c in counts.values()) + len(found)
     return problems
 
 
-# --------------------------------------------------------------------------- the builds
-
-
-def build(language: str, *, fresh: bool = False, quiet: bool = False) -> int:
-    """Build one Chinese edition into _build/html/<folder>/, next to the English book.
-
-    Each edition keeps its own doctrees (the English build's cache is never mixed in), so a second
-    build re-reads only what changed; `fresh` re-reads every page. A warning fails the build, as it
-    does for the English one.
-    """
-    edition = EDITIONS[language]
-    return sphinx_build(
-        "html",
-        HTML / edition.folder,
-        ROOT / "_build" / f".doctrees-{language}",
-        {
-            "language": language,
-            "locale_dirs": ["locales"],
-            "gettext_compact": False,
-            "html_title": edition.title,
-            "html_context": {"language": edition.folder},
-            "html_theme_options": {"search_bar_text": edition.search},
-            "nitpicky": True,
-        },
-        freshenv=fresh,
-        warningiserror=True,
-        keep_going=True,
-        quiet=quiet,
-    )
-
-
-# --------------------------------------------------------------------------- markup
+# --------------------------------------------------------------------------- markup and terms
 
 
 _CODE = re.compile(r"(?<!`)`([^`]+)`(?!`)")
@@ -546,6 +464,23 @@ def markup_problems(msgid: str, msgstr: str, md=None) -> list[str]:
     return problems
 
 
+def term_pattern(english: str) -> re.Pattern:
+    words = r"[\s-]+".join(re.escape(w) for w in re.split(r"[\s-]+", english))
+    # Plurals, "masked", "normalization": the forms the English text uses.
+    words = words.replace("normalisation", "normali[sz]ation").replace("matrix", "matri(?:x|ces)")
+    return re.compile(rf"(?<![\w`]){words}(?:s|es|ed)?(?![\w`])", re.I)
+
+
+def term_exemptions(message) -> set[str]:
+    """Terms a translator marked as used in another sense here: a comment `# term-exempt: key`."""
+    return {
+        name.strip()
+        for comment in message.user_comments
+        if comment.strip().startswith("term-exempt:")
+        for name in comment.split(":", 1)[1].split(",")
+    }
+
+
 def lint(paths: list[Path], language: str = SIMPLIFIED) -> list[str]:
     """Every problem in some catalogues: empty or fuzzy messages, broken markup, missing terms."""
     md = _markdown()
@@ -582,15 +517,13 @@ def lint(paths: list[Path], language: str = SIMPLIFIED) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["extract", "update", "hant", "check", "lint", "build"])
+    parser.add_argument("command", choices=["update", "hant", "check", "lint", "build"])
     parser.add_argument("args", nargs="*", help="build: the language; lint: .po files")
     parser.add_argument("--quiet", action="store_true", help="build: print only warnings")
     parser.add_argument("--fresh", action="store_true", help="build: re-read every page")
     args = parser.parse_args(argv)
-    if args.command == "extract":
-        print(f"messages: {extract()}")
-    elif args.command == "update":
-        update(extract())
+    if args.command == "update":
+        update()
     elif args.command == "hant":
         print(f"{len(hant())} catalogues written to {LOCALES / TRADITIONAL}")
     elif args.command == "check":
