@@ -25,6 +25,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from html import escape
 from pathlib import Path
@@ -123,7 +124,7 @@ def _inline_diagrams(app: Sphinx, doctree: nodes.document, docname: str) -> None
         return
     docs = app.env.all_docs
     language = app.config.language
-    labels = _catalogue(app).get("diagrams", {}) if language in i18n.EDITIONS else {}
+    labels = _catalogue(language).get("diagrams", {}) if language in i18n.EDITIONS else {}
 
     def relative_uri(target: str) -> str:
         if target not in docs:
@@ -154,24 +155,18 @@ def _inline_diagrams(app: Sphinx, doctree: nodes.document, docname: str) -> None
 
 
 def _translate_comments(app: Sphinx, doctree: nodes.document, docname: str) -> None:
-    """In a Chinese edition, the prose comments of the code shown on the page (the catalogue
-    solutions.po holds the exercises' solutions'); the code itself, and the download, unchanged."""
-    if app.config.language not in i18n.EDITIONS or app.builder.format != "html":
-        return
-    comments = _catalogue(app).get("solutions", {})
-    for block in doctree.findall(nodes.literal_block):
-        code = block.astext()
-        translated = i18n.translate_comments(code, comments)
-        if translated != code:
-            block.rawsource = translated  # the HTML writer highlights rawsource when they agree
-            block.children = [nodes.Text(translated)]
+    """The prose comments of the exercises' solutions (solutions.po), on the page only."""
+    if app.config.language in i18n.EDITIONS and app.builder.format == "html":
+        comments = _catalogue(app.config.language).get("solutions", {})
+        for block in doctree.findall(nodes.literal_block):
+            code = block.astext()
+            translated = i18n.translate_comments(code, comments)
+            if translated != code:
+                block.rawsource = translated  # the HTML writer highlights rawsource when they agree
+                block.children = [nodes.Text(translated)]
 
 
-def _catalogue(app: Sphinx) -> dict[str, dict[str, str]]:
-    """This edition's finished translations, read once per build."""
-    if not hasattr(app, "_tc_catalogue"):
-        app._tc_catalogue = i18n.translations(app.config.language)
-    return app._tc_catalogue
+_catalogue = functools.cache(i18n.translations)  # {page: {English: Chinese}}, read once a build
 
 
 def _language_links(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
@@ -179,18 +174,17 @@ def _language_links(app: Sphinx, pagename: str, templatename: str, context: dict
     folder beside it), relative, so the book works from any address or from the disk."""
     here = i18n.EDITIONS.get(app.config.language, i18n.ENGLISH)
     to_root = "../" * pagename.count("/") + ("../" if here is not i18n.ENGLISH else "")
-    links = []
+    context["tc_languages"] = []
     for edition in (i18n.ENGLISH, *i18n.EDITIONS.values()):
         folder = "" if edition is i18n.ENGLISH else edition.folder + "/"
         href = f"{to_root}{folder}{pagename}.html"
-        links.append(
+        context["tc_languages"].append(
             {"href": href, "lang": edition.folder, "name": edition.name, "current": edition is here}
         )
         if edition is not here:
             context["metatags"] = context.get("metatags", "") + (
                 f'\n<link rel="alternate" hreflang="{edition.folder}" href="{escape(href)}">'
             )
-    context["tc_languages"] = links
 
 
 def _translated_sources(app: Sphinx, exception: Exception | None) -> None:
@@ -200,40 +194,34 @@ def _translated_sources(app: Sphinx, exception: Exception | None) -> None:
         return
     import nbformat
 
-    catalogue = _catalogue(app)
     for docname in app.env.found_docs:
         source = Path(app.env.doc2path(docname))
         target = Path(app.outdir, "_sources", docname + source.suffix)
-        if not target.exists():
-            continue
-        messages = catalogue.get(docname, {})
-        if source.suffix == ".ipynb":
+        messages = _catalogue(app.config.language).get(docname, {})
+        if target.exists() and source.suffix == ".ipynb":
             nbformat.write(i18n.translate_notebook(source, messages), target)
-        else:
+        elif target.exists():
             text = i18n.translate_markdown(source.read_text(encoding="utf-8"), messages)
             target.write_text(text, encoding="utf-8")
 
 
 class TranslateTocCaptions(SphinxTransform):
-    """The part captions of _toc.yml ("Chapters", ...) in a Chinese edition. sphinx-external-toc
-    inserts its toctrees (priority 100) after Sphinx has translated the page (20), so its captions
-    are translated here, from the root page's catalogue, where the gettext builder puts them."""
+    """The part captions of _toc.yml ("Chapters", ...): sphinx-external-toc inserts its toctrees
+    (priority 100) after Sphinx has translated the page (20), so they are translated here, from
+    the root page's catalogue, where the gettext builder puts them."""
 
     default_priority = 101
 
     def apply(self) -> None:
-        if self.config.language not in i18n.EDITIONS:
-            return
-        messages = _catalogue(self.app).get(self.env.docname, {})
-        for toctree in self.document.findall(addnodes.toctree):
-            caption = toctree.get("caption")
-            if caption in messages:
-                toctree["caption"] = messages[caption]
+        if self.config.language in i18n.EDITIONS:
+            messages = _catalogue(self.config.language).get(self.env.docname, {})
+            for toctree in self.document.findall(addnodes.toctree):
+                if toctree.get("caption") in messages:
+                    toctree["caption"] = messages[toctree["caption"]]
 
 
 def _note_catalogues(app: Sphinx, doctree: nodes.document) -> None:
-    """In a Chinese edition a page also depends on the catalogues read here (diagrams, solutions,
-    the page's own), so an incremental build re-reads it when one of them changes."""
+    """A page depends on the catalogues read here too: an incremental build re-reads it."""
     if app.config.language in i18n.EDITIONS:
         root = i18n.LOCALES / app.config.language / "LC_MESSAGES"
         for name in ("diagrams", "solutions", app.env.docname):

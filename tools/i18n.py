@@ -21,7 +21,6 @@ import argparse
 import csv
 import functools
 import html
-import io
 import os
 import re
 import shutil
@@ -30,6 +29,13 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+import nbformat
+import opencc
+from babel.messages import pofile
+from babel.messages.catalog import Catalog
+from markdown_it import MarkdownIt
+from mdit_py_plugins.dollarmath import dollarmath_plugin
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCALES = ROOT / "locales"
@@ -59,6 +65,7 @@ ENGLISH = Edition("en", "English", "", "", "Diagram: ")
 # OpenCC's profile for the Traditional edition: Taiwan's standard characters (為, 裡, 著), no phrase
 # conversion, so 網絡, 信息, 數據 and 概率 stay the note's words. CONTRIBUTING.md gives the reasons.
 OPENCC_PROFILE = "s2tw.json"
+OPENCC = opencc.OpenCC(OPENCC_PROFILE)
 
 
 # --------------------------------------------------------------------------- the standard tools
@@ -79,8 +86,6 @@ def sphinx(*args: str | Path) -> int:
 
 def extract(outdir: Path = POT_DIR) -> Path:
     """The English messages: a .pot per page (Sphinx's gettext builder), diagrams and solutions."""
-    from babel.messages.catalog import Catalog
-
     if outdir.exists():
         shutil.rmtree(outdir)
     if sphinx("-b", "gettext", "-E", "-q", "-d", outdir / ".doctrees", ".", outdir):
@@ -96,10 +101,13 @@ def extract(outdir: Path = POT_DIR) -> Path:
 def update() -> None:
     """New messages arrive empty and changed ones fuzzy (their old translation as a hint), so the
     gate fails until a translator has looked at them; then the Traditional catalogues follow."""
-    pot_dir = extract()
-    command = [BIN / "sphinx-intl", "update", "-p", pot_dir, "-d", LOCALES, "-l", SIMPLIFIED]
-    subprocess.run([*map(str, command), "-w", "0", "--no-obsolete"], cwd=ROOT, check=True)
+    intl_update(extract(), LOCALES, SIMPLIFIED)
     hant()
+
+
+def intl_update(pot_dir: Path, locales: Path, language: str) -> None:
+    command = ["update", "-p", pot_dir, "-d", locales, "-l", language, "-w", "0", "--no-obsolete"]
+    subprocess.run([BIN / "sphinx-intl", *map(str, command)], check=True, stdout=subprocess.DEVNULL)
 
 
 def build(language: str, *, fresh: bool = False, quiet: bool = False) -> int:
@@ -119,20 +127,15 @@ def catalogue_paths(language: str) -> list[Path]:
     return sorted((LOCALES / language / "LC_MESSAGES").rglob("*.po"))
 
 
-def read_po(path: Path):
-    from babel.messages.pofile import read_po as _read
-
+def read_po(path: Path) -> Catalog:
     with path.open("rb") as f:
-        return _read(f, abort_invalid=True)
+        return pofile.read_po(f, abort_invalid=True)
 
 
-def write_po(catalog, path: Path) -> None:
-    from babel.messages.pofile import write_po as _write
-
+def write_po(catalog: Catalog, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    buffer = io.BytesIO()
-    _write(buffer, catalog, width=0, include_previous=True)
-    path.write_bytes(buffer.getvalue())
+    with path.open("wb") as f:
+        pofile.write_po(f, catalog, width=0, include_previous=True)
 
 
 def translations(language: str) -> dict[str, dict[str, str]]:
@@ -239,8 +242,6 @@ def translate_markdown(text: str, messages: dict[str, str]) -> str:
 
 def translate_notebook(source: Path, messages: dict[str, str]):
     """The notebook with its markdown cells translated and every other cell exactly as it is."""
-    import nbformat
-
     notebook = nbformat.read(source, as_version=4)
     for cell in notebook.cells:
         if cell.cell_type == "markdown":
@@ -255,8 +256,6 @@ HIDDEN = {"hide-cell", "hide-input"}
 
 def solution_messages() -> list[str]:
     """The prose comments of the notebooks' hidden cells (the exercises' solutions)."""
-    import nbformat
-
     found: dict[str, None] = {}
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         for cell in nbformat.read(path, as_version=4).cells:
@@ -287,31 +286,22 @@ def read_terms() -> list[dict[str, str]]:
 
 
 @functools.cache
-def _opencc():
-    import opencc
-
-    return opencc.OpenCC(OPENCC_PROFILE)
-
-
-@functools.cache
 def _term_fixes() -> tuple[tuple[str, str], ...]:
     """(OpenCC's Traditional, the table's) for each term where the two differ."""
-    pairs = ((_opencc().convert(t["zh_hans"]), t["zh_hant"]) for t in read_terms())
+    pairs = ((OPENCC.convert(t["zh_hans"]), t["zh_hant"]) for t in read_terms())
     return tuple((ours, table) for ours, table in pairs if ours != table)
 
 
 def to_traditional(text: str) -> str:
     """Simplified -> Traditional: OpenCC's s2tw, then each term as the term table writes it."""
-    out = _opencc().convert(text)
+    out = OPENCC.convert(text)
     for converted, term in _term_fixes():
         out = out.replace(converted, term)
     return out
 
 
-def traditional_catalogue(simplified):
+def traditional_catalogue(simplified: Catalog) -> Catalog:
     """The Traditional catalogue made from a Simplified one (same messages, same flags)."""
-    from babel.messages.catalog import Catalog
-
     out = Catalog(
         locale="zh_Hant_TW",
         project=simplified.project,
@@ -338,16 +328,28 @@ def hant() -> list[Path]:
 # --------------------------------------------------------------------------- the gate
 
 
-@dataclass
-class Count:
-    messages: int = 0
-    missing: int = 0  # in the English source, not in the catalogue
-    untranslated: int = 0  # empty, or English prose copied unchanged
-    fuzzy: int = 0
+def gate(language: str, pot_dir: Path, locales: Path = LOCALES) -> list[str]:
+    """Every problem of one language against freshly extracted .pot files: a copy of its
+    catalogues is updated by sphinx-intl (a message missing arrives empty, a changed one fuzzy,
+    a page without a catalogue gets an empty one), then linted."""
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copytree(locales / language, Path(tmp) / language)
+        intl_update(pot_dir, Path(tmp), language)
+        return lint(sorted(Path(tmp, language).rglob("*.po")), language)
 
-    @property
-    def bad(self) -> int:
-        return self.missing + self.untranslated + self.fuzzy
+
+def check() -> int:
+    """Print the gate's problems for both languages; returns how many there are."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pot_dir = extract(Path(tmp) / "gettext")
+        problems = {language: gate(language, pot_dir) for language in EDITIONS}
+    for language, found in problems.items():
+        print(*(f"  {language} {line}" for line in found[:30]), sep="\n")
+        print(f"{language}: {len(found)} problems (missing, empty, fuzzy, English, markup, terms)")
+    return sum(map(len, problems.values()))
+
+
+# --------------------------------------------------------------------------- markup and terms
 
 
 # Inline code, maths, link targets, roles' targets and URLs: not prose to translate.
@@ -355,70 +357,11 @@ _NOT_PROSE = re.compile(
     r"`[^`]*`|\$\$.*?\$\$|\$[^$]*\$|\]\([^)]*\)|<[^>]*>|https?://\S+|\{[a-z]+\}", re.S
 )
 _THREE_WORDS = re.compile(r"[A-Za-z]{2,}[,;:]?\s+[A-Za-z]{2,}[,;:]?\s+[A-Za-z]{2,}")
-# Pages whose English may stay (titles of papers and books, authors).
-COPY_ALLOWED = {"book/references"}
 
 
 def english_prose(text: str) -> bool:
     """True when a text has English words to translate (three in a row outside code and maths)."""
     return bool(_THREE_WORDS.search(_NOT_PROSE.sub(" ", text)))
-
-
-def check_language(language: str, pot_dir: Path = POT_DIR) -> dict[str, Count]:
-    """Per page: messages, missing, untranslated and fuzzy, against freshly extracted .pot files."""
-    root = LOCALES / language / "LC_MESSAGES"
-    counts: dict[str, Count] = {}
-    for pot in sorted(pot_dir.rglob("*.pot")):
-        domain = pot.relative_to(pot_dir).with_suffix("").as_posix()
-        path = root / f"{domain}.po"
-        catalog = {m.id: m for m in read_po(path) if m.id} if path.exists() else {}
-        count = counts.setdefault(domain, Count())
-        for message in read_po(pot):
-            if not message.id:
-                continue
-            count.messages += 1
-            entry = catalog.get(message.id)
-            if entry is None:
-                count.missing += 1
-            elif entry.fuzzy:
-                count.fuzzy += 1
-            elif not entry.string or (
-                entry.string == message.id
-                and domain not in COPY_ALLOWED
-                and not message.id.startswith("\n")  # a display-maths block
-                and english_prose(message.id)
-            ):
-                count.untranslated += 1
-    return counts
-
-
-def check() -> int:
-    """Print the gate's counts for both languages; returns the number of problems."""
-    problems = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        pot_dir = extract(Path(tmp) / "gettext")
-        for language in EDITIONS:
-            counts = check_language(language, pot_dir)
-            for domain, c in counts.items():
-                if c.bad:
-                    print(
-                        f"  {language} {domain}: {c.missing} missing, {c.untranslated} "
-                        f"untranslated, {c.fuzzy} fuzzy of {c.messages}"
-                    )
-            found = lint(catalogue_paths(language), language)
-            for line in found[:20]:
-                print(f"  {language} {line}")
-            total = {k: sum(getattr(c, k) for c in counts.values()) for k in vars(Count())}
-            print(
-                ", ".join(f"{v} {k}" for k, v in total.items()),
-                f"in {language};",
-                f"{len(found)} markup or term problems",
-            )
-            problems += sum(c.bad for c in counts.values()) + len(found)
-    return problems
-
-
-# --------------------------------------------------------------------------- markup and terms
 
 
 _CODE = re.compile(r"(?<!`)`([^`]+)`(?!`)")
@@ -428,10 +371,7 @@ _TARGET = re.compile(r"\]\(([^)]*)\)")
 _LABEL = re.compile(r"^\(([^)]+)\)=", re.M)
 
 
-def _markdown():
-    from markdown_it import MarkdownIt
-    from mdit_py_plugins.dollarmath import dollarmath_plugin
-
+def _markdown() -> MarkdownIt:
     return MarkdownIt("commonmark").use(dollarmath_plugin)
 
 
@@ -482,13 +422,14 @@ def term_exemptions(message) -> set[str]:
 
 
 def lint(paths: list[Path], language: str = SIMPLIFIED) -> list[str]:
-    """Every problem in some catalogues: empty or fuzzy messages, broken markup, missing terms."""
+    """Every problem in some catalogues: empty, fuzzy or English messages, broken markup, terms
+    not followed. Citations (references) may stay English, as may display maths (it starts with a
+    line break); they, the diagrams' labels and code comments have no term rules."""
     md = _markdown()
     column = "zh_hans" if language == SIMPLIFIED else "zh_hant"
     terms = [(term_pattern(t["english"]), t[column], t["english"]) for t in read_terms()]
     problems = []
     for path in paths:
-        # Labels, code comments and citations: no term rules.
         free = path.stem in ("diagrams", "solutions", "references")
         for m in read_po(path):
             if not m.id:
@@ -500,6 +441,9 @@ def lint(paths: list[Path], language: str = SIMPLIFIED) -> list[str]:
                 problems.append(f"{where}: untranslated")
                 continue
             problems += [f"{where}: {p}" for p in markup_problems(m.id, m.string, md)]
+            copy_ok = path.stem == "references" or m.id.startswith("\n")
+            if m.string == m.id and not copy_ok and english_prose(m.id):
+                problems.append(f"{where}: English copied unchanged")
             if m.string == m.id or free:
                 continue
             prose, target = _NOT_PROSE.sub(" ", m.id), _NOT_PROSE.sub(" ", m.string).lower()
