@@ -1,21 +1,16 @@
 """Sphinx extension for the book build (loaded by _config.yml, `sphinx.local_extensions`).
 
-- Stops an HTML build early, saying how to fix it, when the front-end files that `make book` fetches
-  are missing: without them every widget would be blank and every formula raw TeX, silently.
-- Makes `repository.url` in _config.yml the one switch for every repository link. Set, it switches
-  on the repository, issue and edit buttons (Jupyter Book's defaults say `false`, and Jupyter Book
-  refuses `true` without a URL) next to the Binder and Colab launch buttons; Colab opens only GitHub
-  repositories, so for any other host its button is dropped instead of warning on every page.
-  Empty, it drops the launch buttons: sphinx-book-theme cannot build them without a repository and
-  would crash on every notebook page.
-- Loads MathJax on every page, not only on pages with equations in their body: chapter titles with
-  maths (e.g. "Why divide by $\\sqrt{d_k}$") appear in the navigation of every page, search and
-  index included, and would otherwise show as raw TeX there.
-- Inlines the architecture diagrams (book/diagrams/*.svg, written by tools/place_diagrams.py): a
-  paragraph holding only an image of one of them becomes the SVG itself, in a box that scrolls
-  sideways on a phone, so its text is text and the map's links work (an <img> would make them
-  inert). Each link names its target page in `data-doc`; its href is rewritten for the page it
-  lands on, and a link to a page that is not in the book is a build warning.
+- Stops an HTML build, saying how to fix it, when the front-end files `make book` fetches are
+  missing (every widget would be blank and every formula raw TeX, silently).
+- Makes `repository.url` in _config.yml the one switch for the repository, issue and edit buttons
+  (Jupyter Book refuses them without a URL) and the launch buttons (sphinx-book-theme cannot build
+  them without one); Colab opens only GitHub repositories, so for another host its button goes.
+- Loads MathJax on every page: chapter titles with maths are in every page's navigation (search
+  and index included), raw TeX without it.
+- Inlines the architecture diagrams (book/diagrams/*.svg, placed by tools/place_diagrams.py): a
+  paragraph holding only such an image becomes the SVG, in a box that scrolls sideways on a phone,
+  so its text is text and the map's links work (`data-doc` names the page, rewritten for each
+  page; a page not in the book is a build warning).
 - The Chinese editions (`sphinx-build -D language=zh_CN`, see tools/i18n.py): their title and
   search placeholder; on every page of every edition a switcher to the same page in the others
   (with `<link rel="alternate" hreflang>`); the diagrams' labels from diagrams.po and the prose

@@ -86,8 +86,7 @@ def sphinx(*args: str | Path) -> int:
 
 def extract(outdir: Path = POT_DIR) -> Path:
     """The English messages: a .pot per page (Sphinx's gettext builder), diagrams and solutions."""
-    if outdir.exists():
-        shutil.rmtree(outdir)
+    shutil.rmtree(outdir, ignore_errors=True)
     if sphinx("-b", "gettext", "-E", "-q", "-d", outdir / ".doctrees", ".", outdir):
         raise SystemExit("the gettext build failed")
     for name, messages in (("diagrams", diagram_messages()), ("solutions", solution_messages())):
@@ -123,7 +122,7 @@ def build(language: str, *, fresh: bool = False, quiet: bool = False) -> int:
 
 
 def catalogue_paths(language: str) -> list[Path]:
-    """Every .po file of one language, sorted (the pages' catalogues, diagrams.po, solutions.po)."""
+    """Every .po file of one language (the pages', diagrams.po, solutions.po), sorted."""
     return sorted((LOCALES / language / "LC_MESSAGES").rglob("*.po"))
 
 
@@ -371,11 +370,10 @@ _TARGET = re.compile(r"\]\(([^)]*)\)")
 _LABEL = re.compile(r"^\(([^)]+)\)=", re.M)
 
 
-def _markdown() -> MarkdownIt:
-    return MarkdownIt("commonmark").use(dollarmath_plugin)
+MARKDOWN = MarkdownIt("commonmark").use(dollarmath_plugin)
 
 
-def markup_problems(msgid: str, msgstr: str, md=None) -> list[str]:
+def markup_problems(msgid: str, msgstr: str) -> list[str]:
     """What a translation broke: maths, code, link and cross-reference targets must survive as they
     are, and its emphasis must still parse (CommonMark does not close `**` after a CJK bracket that
     a CJK character follows: write `**术语**（term）`, not `**术语（term）**的`)."""
@@ -397,8 +395,7 @@ def markup_problems(msgid: str, msgstr: str, md=None) -> list[str]:
             missing = [x for x in found_id if x not in found_str]
             extra = [x for x in found_str if x not in found_id]
             problems.append(f"{name} differ: missing {missing[:3]}, added {extra[:3]}")
-    md = md or _markdown()
-    rendered = _MATH.sub("", re.sub(r"<code>.*?</code>", "", md.renderInline(msgstr)))
+    rendered = _MATH.sub("", re.sub(r"<code>.*?</code>", "", MARKDOWN.renderInline(msgstr)))
     if "**" in rendered or re.search(r"(?<![\w*])\*(?=\S)", rendered):
         problems.append("emphasis does not parse: a `*` or `**` is left over")
     return problems
@@ -425,7 +422,6 @@ def lint(paths: list[Path], language: str = SIMPLIFIED) -> list[str]:
     """Every problem in some catalogues: empty, fuzzy or English messages, broken markup, terms
     not followed. Citations (references) may stay English, as may display maths (it starts with a
     line break); they, the diagrams' labels and code comments have no term rules."""
-    md = _markdown()
     column = "zh_hans" if language == SIMPLIFIED else "zh_hant"
     terms = [(term_pattern(t["english"]), t[column], t["english"]) for t in read_terms()]
     problems = []
@@ -440,7 +436,7 @@ def lint(paths: list[Path], language: str = SIMPLIFIED) -> list[str]:
             if not m.string:
                 problems.append(f"{where}: untranslated")
                 continue
-            problems += [f"{where}: {p}" for p in markup_problems(m.id, m.string, md)]
+            problems += [f"{where}: {p}" for p in markup_problems(m.id, m.string)]
             copy_ok = path.stem == "references" or m.id.startswith("\n")
             if m.string == m.id and not copy_ok and english_prose(m.id):
                 problems.append(f"{where}: English copied unchanged")
