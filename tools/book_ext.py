@@ -26,6 +26,7 @@ from html import escape
 from pathlib import Path
 
 import i18n
+import nbformat
 import snowballstemmer
 from docutils import nodes
 from sphinx import addnodes
@@ -138,9 +139,7 @@ def _inline_diagrams(app: Sphinx, doctree: nodes.document, docname: str) -> None
             continue
         path = Path(app.srcdir, uri)
         try:
-            svg = path.read_text(encoding="utf-8")
-            if language in i18n.EDITIONS:
-                svg = i18n.translate_svg(svg, labels)
+            svg = i18n.translate_svg(path.read_text(encoding="utf-8"), labels)
             word = i18n.EDITIONS.get(language, i18n.ENGLISH).diagram
             html = diagram_html(svg, relative_uri, uri, word)
         except (OSError, ValueError) as error:
@@ -187,8 +186,6 @@ def _translated_sources(app: Sphinx, exception: Exception | None) -> None:
     outputs and widget state exactly as in the English one), or its Markdown translated."""
     if exception or app.config.language not in i18n.EDITIONS or app.builder.format != "html":
         return
-    import nbformat
-
     for docname in app.env.found_docs:
         source = Path(app.env.doc2path(docname))
         target = Path(app.outdir, "_sources", docname + source.suffix)

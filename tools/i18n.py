@@ -3,16 +3,12 @@
     python tools/i18n.py update        # extract, merge into locales/zh_CN (sphinx-intl), then hant
     python tools/i18n.py hant          # locales/zh_TW from locales/zh_CN (OpenCC s2tw + the terms)
     python tools/i18n.py check         # the gate: missing, untranslated, fuzzy; markup; terms
-    python tools/i18n.py lint [FILES]  # markup and terms of some catalogues (translators' check)
     python tools/i18n.py build zh_CN   # the Simplified edition -> _build/html/zh-Hans/
 
-Sphinx does the work with the configuration Jupyter Book derives from _config.yml (`jupyter-book
-config sphinx .` writes it to conf.py): `sphinx-build -b gettext` extracts every paragraph, heading,
-caption and alt text as a message, `sphinx-intl update` merges them into the catalogues, and
-`sphinx-build -D language=zh_CN` builds an edition. Code cells, their outputs and the widgets'
-frames are not messages. Two catalogues are ours: diagrams.po (the diagrams' labels, read by
-tools/book_ext.py when it inlines an SVG) and solutions.po (the prose comments of the exercises'
-hidden solutions).
+Sphinx, with the conf.py that `jupyter-book config sphinx .` writes from _config.yml, extracts
+the messages (`-b gettext`) and builds an edition (`-D language=zh_CN`); sphinx-intl merges new
+messages into the catalogues. Ours are diagrams.po (the diagrams' labels, read by tools/book_ext.py
+when it inlines an SVG) and solutions.po (the prose comments of the exercises' hidden solutions).
 """
 
 from __future__ import annotations
@@ -68,9 +64,6 @@ OPENCC_PROFILE = "s2tw.json"
 OPENCC = opencc.OpenCC(OPENCC_PROFILE)
 
 
-# --------------------------------------------------------------------------- the standard tools
-
-
 def sphinx(*args: str | Path) -> int:
     """sphinx-build in the root, with conf.py rewritten when _config.yml or _toc.yml is newer."""
     conf = ROOT / "conf.py"
@@ -111,14 +104,9 @@ def intl_update(pot_dir: Path, locales: Path, language: str) -> None:
 
 def build(language: str, *, fresh: bool = False, quiet: bool = False) -> int:
     """One Chinese edition into _build/html/<folder>/, its doctrees its own; warnings fail it."""
-    options = ["-W", "-n", "--keep-going", "-D", f"language={language}"]
-    options += ["-d", f"_build/.doctrees-{language}", *(["-E"] if fresh else [])]
-    return sphinx(
-        "-b", "html", *options, *(["-q"] if quiet else []), ".", HTML / EDITIONS[language].folder
-    )
-
-
-# --------------------------------------------------------------------------- catalogues
+    options = ["-W", "-n", "--keep-going", "-D", f"language={language}", "-d"]
+    options += [f"_build/.doctrees-{language}", *["-E"] * fresh, *["-q"] * quiet]
+    return sphinx("-b", "html", *options, ".", HTML / EDITIONS[language].folder)
 
 
 def catalogue_paths(language: str) -> list[Path]:
@@ -148,9 +136,6 @@ def translations(language: str) -> dict[str, dict[str, str]]:
         }
         for path in catalogue_paths(language)
     }
-
-
-# --------------------------------------------------------------------------- diagrams
 
 
 DIAGRAM_TEXT = re.compile(r"<(?P<tag>text|tspan|title|desc)(?P<attrs>[^>]*)>(?P<body>[^<]+)<")
@@ -193,9 +178,6 @@ def translate_svg(svg: str, messages: dict[str, str]) -> str:
     return DIAGRAM_LABEL.sub(label, DIAGRAM_TAIL.sub(text, DIAGRAM_TEXT.sub(text, svg)))
 
 
-# --------------------------------------------------------------------------- downloads
-
-
 # A message is a block's text with its line breaks turned into spaces. It starts a line (after the
 # indentation and the markers of a heading, list item or quote) or a table cell, and ends one.
 _LEAD = r"(?:^[ \t]*(?:(?:[-*+>]|\d+[.)]|#{1,6}|:)[ \t]+)*|(?<=\|)[ \t]*)"
@@ -219,23 +201,18 @@ def translate_markdown(text: str, messages: dict[str, str]) -> str:
     """
     slots: list[str] = []
 
-    def keep(m: re.Match) -> str:
-        slots.append(m.group(0))
+    def keep(piece: str) -> str:  # set aside: matched no further
+        slots.append(piece)
         return f"\x00{len(slots) - 1}\x00"
 
-    text = _CODE_FENCE.sub(keep, text)  # code is not a message, even a line that reads like one
-
-    def put(translation: str):
-        def replace(m: re.Match) -> str:
-            slots.append(translation)
-            return f"{m.group('lead')}\x00{len(slots) - 1}\x00"
-
-        return replace
-
+    # Code is not a message, even a line that reads like one.
+    text = _CODE_FENCE.sub(lambda m: keep(m.group(0)), text)
     for msgid in sorted(messages, key=len, reverse=True):
         if msgid.strip() != msgid or msgid.split(" ", 1)[0] not in text:
             continue  # a maths block (the same in every language), or another cell's message
-        text = _message_pattern(msgid).sub(put(messages[msgid]), text)
+        text = _message_pattern(msgid).sub(
+            lambda m, new=messages[msgid]: m.group("lead") + keep(new), text
+        )
     return re.sub("\x00(\\d+)\x00", lambda m: slots[int(m.group(1))], text)
 
 
@@ -273,9 +250,6 @@ def translate_comments(code: str, messages: dict[str, str]) -> str:
         return m.group(0) if new is None else m.group(0).replace(m.group("body"), new)
 
     return _COMMENT.sub(comment, code)
-
-
-# --------------------------------------------------------------------------- Traditional
 
 
 def read_terms() -> list[dict[str, str]]:
@@ -324,9 +298,6 @@ def hant() -> list[Path]:
     return written
 
 
-# --------------------------------------------------------------------------- the gate
-
-
 def gate(language: str, pot_dir: Path, locales: Path = LOCALES) -> list[str]:
     """Every problem of one language against freshly extracted .pot files: a copy of its
     catalogues is updated by sphinx-intl (a message missing arrives empty, a changed one fuzzy,
@@ -346,9 +317,6 @@ def check() -> int:
         print(*(f"  {language} {line}" for line in found[:30]), sep="\n")
         print(f"{language}: {len(found)} problems (missing, empty, fuzzy, English, markup, terms)")
     return sum(map(len, problems.values()))
-
-
-# --------------------------------------------------------------------------- markup and terms
 
 
 # Inline code, maths, link targets, roles' targets and URLs: not prose to translate.
@@ -452,32 +420,20 @@ def lint(paths: list[Path], language: str = SIMPLIFIED) -> list[str]:
     return problems
 
 
-# --------------------------------------------------------------------------- command line
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["update", "hant", "check", "lint", "build"])
-    parser.add_argument("args", nargs="*", help="build: the language; lint: .po files")
+    parser.add_argument("command", choices=["update", "hant", "check", "build"])
+    parser.add_argument("language", nargs="?", choices=list(EDITIONS), help="build: the edition")
     parser.add_argument("--quiet", action="store_true", help="build: print only warnings")
     parser.add_argument("--fresh", action="store_true", help="build: re-read every page")
     args = parser.parse_args(argv)
-    if args.command == "update":
-        update()
-    elif args.command == "hant":
-        print(f"{len(hant())} catalogues written to {LOCALES / TRADITIONAL}")
-    elif args.command == "check":
+    if args.command == "build":
+        if not args.language:
+            parser.error("build needs a language: " + ", ".join(EDITIONS))
+        return build(args.language, fresh=args.fresh, quiet=args.quiet)
+    if args.command == "check":
         return 1 if check() else 0
-    elif args.command == "lint":
-        paths = [Path(a) for a in args.args] or catalogue_paths(SIMPLIFIED)
-        problems = lint(paths, TRADITIONAL if "zh_TW" in str(paths[0]) else SIMPLIFIED)
-        print("\n".join(problems) or "no problems")
-        print(f"{len(problems)} problems in {len(paths)} catalogues")
-        return 1 if problems else 0
-    elif args.command == "build":
-        if len(args.args) != 1 or args.args[0] not in EDITIONS:
-            parser.error("build needs one language: " + ", ".join(EDITIONS))
-        return build(args.args[0], fresh=args.fresh, quiet=args.quiet)
+    update() if args.command == "update" else print(f"{len(hant())} catalogues written")
     return 0
 
 

@@ -144,33 +144,24 @@ def stamp_file(path: Path, source: str, write: bool = True) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description="Insert or update the package-install cell of every notebook from _config.yml."
-    )
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="*", help=f"notebooks (default: {DEFAULT_GLOB})")
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if stale")
     parser.add_argument("--config", type=Path, default=CONFIG, help="Jupyter Book _config.yml")
     args = parser.parse_args(argv)
-
     url, branch = repository(args.config)
     source = install_cell_source(url, branch)
     paths = [Path(p) for p in args.paths] or sorted(ROOT.glob(DEFAULT_GLOB))
-    missing = [str(p) for p in paths if not p.is_file()]
-    if missing:
+    if missing := [str(p) for p in paths if not p.is_file()]:
         raise SystemExit(f"no such notebook: {', '.join(missing)}")
-    target = f"{url}@{branch}" if url else "no repository URL (_config.yml repository.url)"
-    stale = []
+    stale = [path for path in paths if stamp_file(path, source, write=not args.check)]
     for path in paths:
-        changed = stamp_file(path, source, write=not args.check)
-        if changed:
-            stale.append(path)
-        status = ("needs stamping" if args.check else "stamped") if changed else "up to date"
-        print(f"{path}: {status}")
+        changed = ("needs stamping" if args.check else "stamped") if path in stale else ""
+        print(f"{path}: {changed or 'up to date'}")
     if args.check and stale:
-        print(
-            f"{len(stale)} notebook(s) lack the install cell for {target}: "
-            "run `python tools/stamp_install_cell.py`."
-        )
+        target = f"{url}@{branch}" if url else "no repository URL (_config.yml repository.url)"
+        hint = "run `python tools/stamp_install_cell.py`"
+        print(f"{len(stale)} notebook(s) lack the install cell for {target}: {hint}.")
         return 1
     return 0
 
