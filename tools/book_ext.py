@@ -49,16 +49,13 @@ REQUIRED_ASSETS = (
 )
 
 
-REPOSITORY_BUTTONS = ("use_repository_button", "use_issues_button", "use_edit_page_button")
-
-
 def _repository_buttons(app: Sphinx, config: Config) -> None:
     options = config.html_theme_options
     url = options.get("repository_url")
     if not url:
         options.pop("launch_buttons", None)
         return
-    for button in REPOSITORY_BUTTONS:
+    for button in ("use_repository_button", "use_issues_button", "use_edit_page_button"):
         options[button] = True
     launch = options.get("launch_buttons") or {}
     if "github.com" not in url.lower():
