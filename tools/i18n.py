@@ -314,7 +314,8 @@ def check() -> int:
         pot_dir = extract(Path(tmp) / "gettext")
         problems = {language: gate(language, pot_dir) for language in EDITIONS}
     for language, found in problems.items():
-        print(*(f"  {language} {line}" for line in found[:30]), sep="\n")
+        for line in found[:30]:
+            print(f"  {language} {line}")
         print(f"{language}: {len(found)} problems (missing, empty, fuzzy, English, markup, terms)")
     return sum(map(len, problems.values()))
 
