@@ -126,15 +126,18 @@ setup: ## create .venv and install, and fetch the front-end files, side by side
 
 book: $(VENV_STAMP) $(ASSETS_STAMP) ## create .venv if needed, install, fetch the assets, build _build/html (English, zh-Hans, zh-Hant)
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
+	@$(BIN)/jupyter-book config sphinx . >/dev/null
 	@pids=""; for language in $(BOOK_LANGUAGES); do \
 		$(PY) tools/i18n.py build $$language --quiet & pids="$$pids $$!"; \
 	done; status=0; for pid in $$pids; do wait $$pid || status=1; done; exit $$status
 	@echo "The book: $(CURDIR)/$(BUILD_HTML)/index.html, zh-Hans/index.html, zh-Hant/index.html  (or: make serve)"
 
 # What CI checks: a fresh build of every page of every edition (the Chinese ones beside the English,
-# one process each), and not one warning in their logs.
+# one process each), and not one warning in their logs. The Chinese editions are built by sphinx-build
+# with the conf.py that `jupyter-book config sphinx .` writes (tools/i18n.py).
 book-strict: $(VENV_STAMP) $(ASSETS_STAMP) ## a fresh build of every page, in every language, failing on any warning (CI)
 	@mkdir -p _build
+	@$(BIN)/jupyter-book config sphinx . >/dev/null
 	@start=$$(date +%s); pids=""; \
 	for language in $(BOOK_LANGUAGES); do \
 		$(PY) tools/i18n.py build $$language --fresh > _build/book-build-$$language.log 2>&1 & \

@@ -1,19 +1,14 @@
-"""The book's Chinese editions: catalogues, the Traditional conversion, the gate, the builds.
+"""The book's Chinese editions: the steps around the standard tools, and what no tool does.
 
-    python tools/i18n.py extract       # the English messages -> _build/gettext/**/*.pot
-    python tools/i18n.py update        # merge into locales/zh_CN (new: empty, changed: fuzzy)
-    python tools/i18n.py hant          # locales/zh_TW from locales/zh_CN (OpenCC s2tw + terms)
+    python tools/i18n.py update        # extract, merge into locales/zh_CN (sphinx-intl), then hant
+    python tools/i18n.py hant          # locales/zh_TW from locales/zh_CN (OpenCC s2tw + the terms)
     python tools/i18n.py check         # the gate: missing, untranslated, fuzzy; markup; terms
-    python tools/i18n.py lint [FILES]  # markup and terms of some catalogues (translators' check)
     python tools/i18n.py build zh_CN   # the Simplified edition -> _build/html/zh-Hans/
 
-One source, two languages (the Sphinx convention): the English pages are the source; Sphinx's
-gettext builder extracts every paragraph, heading, caption and alt text as a message; translators
-fill the Simplified catalogues in locales/zh_CN/ by hand; the Traditional ones in locales/zh_TW/
-are generated from them and never edited (CONTRIBUTING.md says why the profile is s2tw). The
-diagrams' labels have their own catalogue, diagrams.po, read by tools/book_ext.py when it inlines
-an SVG. Code cells, their outputs and the widgets' frames are not messages: they stay as the
-kernel printed them.
+Sphinx, with the conf.py that `jupyter-book config sphinx .` writes from _config.yml, extracts
+the messages (`-b gettext`) and builds an edition (`-D language=zh_CN`); sphinx-intl merges new
+messages into the catalogues. Ours are diagrams.po (the diagrams' labels, read by tools/book_ext.py
+when it inlines an SVG) and solutions.po (the prose comments of the exercises' hidden solutions).
 """
 
 from __future__ import annotations
@@ -22,19 +17,30 @@ import argparse
 import csv
 import functools
 import html
-import io
+import os
 import re
 import shutil
+import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+import nbformat
+import opencc
+from babel.messages import pofile
+from babel.messages.catalog import Catalog
+from markdown_it import MarkdownIt
+from mdit_py_plugins.dollarmath import dollarmath_plugin
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCALES = ROOT / "locales"
 TERMS = LOCALES / "terms.csv"
 POT_DIR = ROOT / "_build" / "gettext"
+HTML = ROOT / "_build" / "html"
 DIAGRAMS = ROOT / "book" / "diagrams"
 SIMPLIFIED, TRADITIONAL = "zh_CN", "zh_TW"
+BIN = Path(sys.executable).parent  # the console scripts installed beside this Python
 
 
 @dataclass(frozen=True)
@@ -52,88 +58,84 @@ EDITIONS = {
     TRADITIONAL: Edition("zh-Hant", "繁體中文", "從零構建 Transformer", "搜尋本書…", "示意圖："),
 }
 ENGLISH = Edition("en", "English", "", "", "Diagram: ")
-HTML = ROOT / "_build" / "html"
 # OpenCC's profile for the Traditional edition: Taiwan's standard characters (為, 裡, 著), no phrase
 # conversion, so 網絡, 信息, 數據 and 概率 stay the note's words. CONTRIBUTING.md gives the reasons.
 OPENCC_PROFILE = "s2tw.json"
+OPENCC = opencc.OpenCC(OPENCC_PROFILE)
 
 
-# --------------------------------------------------------------------------- catalogues
+def sphinx(*args: str | Path) -> int:
+    """sphinx-build in the root, with conf.py rewritten when _config.yml or _toc.yml is newer."""
+    conf = ROOT / "conf.py"
+    sources = [ROOT / "_config.yml", ROOT / "_toc.yml"]
+    if not conf.exists() or any(conf.stat().st_mtime < s.stat().st_mtime for s in sources):
+        command = [BIN / "jupyter-book", "config", "sphinx", "."]
+        subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    # conf.py names tools/book_ext.py, which `jupyter-book build` finds by _config.yml's path.
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tools")}
+    command = [BIN / "sphinx-build", *args]
+    return subprocess.run([str(a) for a in command], cwd=ROOT, env=env).returncode
+
+
+def extract(outdir: Path = POT_DIR) -> Path:
+    """The English messages: a .pot per page (Sphinx's gettext builder), diagrams and solutions."""
+    shutil.rmtree(outdir, ignore_errors=True)
+    if sphinx("-b", "gettext", "-E", "-q", "-d", outdir / ".doctrees", ".", outdir):
+        raise SystemExit("the gettext build failed")
+    for name, messages in (("diagrams", diagram_messages()), ("solutions", solution_messages())):
+        catalog = Catalog(project=name)
+        for message in messages:
+            catalog.add(message)
+        write_po(catalog, outdir / f"{name}.pot")
+    return outdir
+
+
+def update() -> None:
+    """New messages arrive empty and changed ones fuzzy (their old translation as a hint), so the
+    gate fails until a translator has looked at them; then the Traditional catalogues follow."""
+    intl_update(extract(), LOCALES, SIMPLIFIED)
+    hant()
+
+
+def intl_update(pot_dir: Path, locales: Path, language: str) -> None:
+    command = ["update", "-p", pot_dir, "-d", locales, "-l", language, "-w", "0", "--no-obsolete"]
+    subprocess.run([BIN / "sphinx-intl", *map(str, command)], check=True, stdout=subprocess.DEVNULL)
+
+
+def build(language: str, *, fresh: bool = False, quiet: bool = False) -> int:
+    """One Chinese edition into _build/html/<folder>/, its doctrees its own; warnings fail it."""
+    options = ["-W", "-n", "--keep-going", "-D", f"language={language}", "-d"]
+    options += [f"_build/.doctrees-{language}", *["-E"] * fresh, *["-q"] * quiet]
+    return sphinx("-b", "html", *options, ".", HTML / EDITIONS[language].folder)
 
 
 def catalogue_paths(language: str) -> list[Path]:
-    """Every .po file of one language, sorted (the pages' catalogues and diagrams.po)."""
+    """Every .po file of one language (the pages', diagrams.po, solutions.po), sorted."""
     return sorted((LOCALES / language / "LC_MESSAGES").rglob("*.po"))
 
 
-def read_po(path: Path):
-    from babel.messages.pofile import read_po as _read
-
+def read_po(path: Path) -> Catalog:
     with path.open("rb") as f:
-        return _read(f, abort_invalid=True)
+        return pofile.read_po(f, abort_invalid=True)
 
 
-def write_po(catalog, path: Path) -> None:
-    from babel.messages.pofile import write_po as _write
-
+def write_po(catalog: Catalog, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    buffer = io.BytesIO()
-    _write(buffer, catalog, width=0, omit_header=False, sort_output=False, include_previous=True)
-    path.write_bytes(buffer.getvalue())
+    with path.open("wb") as f:
+        pofile.write_po(f, catalog, width=0, include_previous=True)
 
 
 def translations(language: str) -> dict[str, dict[str, str]]:
     """{domain: {msgid: msgstr}} of the finished messages (not empty, not fuzzy) of one language."""
-    out: dict[str, dict[str, str]] = {}
     root = LOCALES / language / "LC_MESSAGES"
-    for path in catalogue_paths(language):
-        domain = path.relative_to(root).with_suffix("").as_posix()
-        out[domain] = {
+    return {
+        path.relative_to(root).with_suffix("").as_posix(): {
             m.id: m.string
             for m in read_po(path)
             if m.id and isinstance(m.id, str) and m.string and not m.fuzzy
         }
-    return out
-
-
-# --------------------------------------------------------------------------- extraction
-
-
-def sphinx_build(builder: str, outdir: Path, doctrees: Path, overrides: dict, **kw) -> int:
-    """One Sphinx build of the book, configured from _config.yml as `jupyter-book build` does."""
-    from jupyter_book.sphinx import build_sphinx
-
-    sys.path.insert(0, str(ROOT / "tools"))
-    config = {"external_toc_path": "_toc.yml", "latex_individualpages": False, **overrides}
-    return build_sphinx(
-        ROOT,
-        outdir,
-        noconfig=True,
-        path_config=str(ROOT / "_config.yml"),
-        confoverrides=config,
-        builder=builder,
-        doctreedir=doctrees,
-        **kw,
-    )
-
-
-def diagram_messages() -> list[str]:
-    """The prose in the diagrams: text in a non-monospace font, titles and aria-labels.
-
-    Code (monospace: names, shapes) and bare symbols stay as they are, so they are not messages.
-    """
-    found: dict[str, None] = {}
-    for svg in sorted(DIAGRAMS.glob("*.svg")):
-        text = svg.read_text(encoding="utf-8")
-        for m in DIAGRAM_TEXT.finditer(text):
-            if "monospace" in m.group("attrs"):
-                continue
-            found.setdefault(html.unescape(m.group("body")).strip(), None)
-        for m in DIAGRAM_TAIL.finditer(text):
-            found.setdefault(html.unescape(m.group("body")).strip(), None)
-        for m in DIAGRAM_LABEL.finditer(text):
-            found.setdefault(html.unescape(m.group(1)), None)
-    return [s for s in found if re.search(r"[A-Za-z]{2,}", s)]
+        for path in catalogue_paths(language)
+    }
 
 
 DIAGRAM_TEXT = re.compile(r"<(?P<tag>text|tspan|title|desc)(?P<attrs>[^>]*)>(?P<body>[^<]+)<")
@@ -142,21 +144,32 @@ DIAGRAM_LABEL = re.compile(r'aria-label="([^"]+)"')
 DIAGRAM_TAIL = re.compile(r"(?P<tag></tspan>)(?P<attrs>)(?P<body>[^<]+)<")
 
 
+def diagram_messages() -> list[str]:
+    """The prose in the diagrams: text in a non-monospace font, titles and aria-labels (code, in
+    monospace, and bare symbols stay as they are)."""
+    found: dict[str, None] = {}
+    for svg in sorted(DIAGRAMS.glob("*.svg")):
+        text = svg.read_text(encoding="utf-8")
+        for pattern in (DIAGRAM_TEXT, DIAGRAM_TAIL):
+            for m in pattern.finditer(text):
+                if "monospace" not in m.group("attrs"):
+                    found.setdefault(html.unescape(m.group("body")).strip(), None)
+        for m in DIAGRAM_LABEL.finditer(text):
+            found.setdefault(html.unescape(m.group(1)), None)
+    return [s for s in found if re.search(r"[A-Za-z]{2,}", s)]
+
+
 def translate_svg(svg: str, messages: dict[str, str]) -> str:
     """A diagram with its prose (as `diagram_messages` finds it) replaced by its translation."""
 
     def text(m: re.Match) -> str:
-        if "monospace" in m.group("attrs"):
-            return m.group(0)
         body = html.unescape(m.group("body"))
         new = messages.get(body.strip())
-        if new is None:
+        if new is None or "monospace" in m.group("attrs"):
             return m.group(0)
-        body = body.replace(body.strip(), new)
-        start = m.group("tag") if m.group("tag").startswith("</") else f"<{m.group('tag')}"
-        return f"{start}{m.group('attrs')}{'' if start.startswith('</') else '>'}" + (
-            f"{html.escape(body, quote=False)}<"
-        )
+        tag = m.group("tag")
+        start = tag if tag.startswith("</") else f"<{tag}{m.group('attrs')}>"
+        return f"{start}{html.escape(body.replace(body.strip(), new), quote=False)}<"
 
     def label(m: re.Match) -> str:
         new = messages.get(html.unescape(m.group(1)))
@@ -169,16 +182,13 @@ def translate_svg(svg: str, messages: dict[str, str]) -> str:
 # indentation and the markers of a heading, list item or quote) or a table cell, and ends one.
 _LEAD = r"(?:^[ \t]*(?:(?:[-*+>]|\d+[.)]|#{1,6}|:)[ \t]+)*|(?<=\|)[ \t]*)"
 _TRAIL = r"(?=[ \t]*(?:$|\|))"
-
-
 # A fenced code block; a fence whose info string is a directive (```{note}) holds prose and is kept.
 _CODE_FENCE = re.compile(r"^([ \t]*)(`{3,}|~{3,})(?![ \t]*\{).*?\n.*?^\1\2[ \t]*$", re.M | re.S)
 
 
 @functools.cache
 def _message_pattern(msgid: str) -> re.Pattern:
-    """The message as a block of the markdown source, where a line break may stand for a space
-    (compiled once: a notebook's cells each try every message of the page)."""
+    """The message as a block of the markdown source, where a line break may stand for a space."""
     body = r"\s+".join(re.escape(word) for word in msgid.split(" "))
     return re.compile(rf"(?P<lead>{_LEAD}){body}{_TRAIL}", re.M)
 
@@ -191,34 +201,23 @@ def translate_markdown(text: str, messages: dict[str, str]) -> str:
     """
     slots: list[str] = []
 
-    def keep(m: re.Match) -> str:
-        slots.append(m.group(0))
+    def keep(piece: str) -> str:  # set aside: matched no further
+        slots.append(piece)
         return f"\x00{len(slots) - 1}\x00"
 
-    text = _CODE_FENCE.sub(keep, text)  # code is not a message, even a line that reads like one
-
-    def put(translation: str):
-        def replace(m: re.Match) -> str:
-            slots.append(translation)
-            return f"{m.group('lead')}\x00{len(slots) - 1}\x00"
-
-        return replace
-
+    # Code is not a message, even a line that reads like one.
+    text = _CODE_FENCE.sub(lambda m: keep(m.group(0)), text)
     for msgid in sorted(messages, key=len, reverse=True):
-        if msgid.startswith("\n") or msgid.strip() != msgid:
-            continue  # a maths block: the same in every language
-        if msgid.split(" ", 1)[0] not in text:
-            continue  # cannot match: most messages are another cell's
-        # The translation keeps one line per message; inside an indented block (a list item, a
-        # glossary definition) that is still the same block.
-        text = _message_pattern(msgid).sub(put(messages[msgid]), text)
+        if msgid.strip() != msgid or msgid.split(" ", 1)[0] not in text:
+            continue  # a maths block (the same in every language), or another cell's message
+        text = _message_pattern(msgid).sub(
+            lambda m, new=messages[msgid]: m.group("lead") + keep(new), text
+        )
     return re.sub("\x00(\\d+)\x00", lambda m: slots[int(m.group(1))], text)
 
 
 def translate_notebook(source: Path, messages: dict[str, str]):
     """The notebook with its markdown cells translated and every other cell exactly as it is."""
-    import nbformat
-
     notebook = nbformat.read(source, as_version=4)
     for cell in notebook.cells:
         if cell.cell_type == "markdown":
@@ -228,17 +227,15 @@ def translate_notebook(source: Path, messages: dict[str, str]):
 
 # A comment in a hidden cell (an exercise's solution): `x = 1  # the prose`, two words or more.
 _COMMENT = re.compile(r"(?:^|\s)#\s*(?P<body>.*\S)\s*$", re.M)
-HIDDEN = ("hide-cell", "hide-input")
+HIDDEN = {"hide-cell", "hide-input"}
 
 
 def solution_messages() -> list[str]:
     """The prose comments of the notebooks' hidden cells (the exercises' solutions)."""
-    import nbformat
-
     found: dict[str, None] = {}
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         for cell in nbformat.read(path, as_version=4).cells:
-            if cell.cell_type == "code" and set(HIDDEN) & set(cell.metadata.get("tags", [])):
+            if cell.cell_type == "code" and HIDDEN & set(cell.metadata.get("tags", [])):
                 for m in _COMMENT.finditer(cell.source):
                     if re.search(r"[A-Za-z]{2,}\s+[A-Za-z]{2,}", m.group("body")):
                         found.setdefault(m.group("body"), None)
@@ -255,56 +252,6 @@ def translate_comments(code: str, messages: dict[str, str]) -> str:
     return _COMMENT.sub(comment, code)
 
 
-def extract(outdir: Path = POT_DIR) -> Path:
-    """Write the English messages: one .pot per page (Sphinx's gettext builder) and diagrams.pot."""
-    from babel.messages.catalog import Catalog
-    from babel.messages.pofile import write_po as _write
-
-    if outdir.exists():
-        shutil.rmtree(outdir)
-    status = sphinx_build(
-        "gettext",
-        outdir,
-        outdir.parent / ".doctrees-gettext",
-        # One catalogue per page, without line numbers or uuids: a page's catalogue changes only
-        # when its text does.
-        {"gettext_compact": False, "gettext_uuid": False, "gettext_location": False},
-        freshenv=True,
-        really_quiet=True,
-    )
-    if status:
-        raise SystemExit(f"the gettext build failed ({status})")
-    for name, messages in (("diagrams", diagram_messages()), ("solutions", solution_messages())):
-        catalog = Catalog(project=name)
-        for message in messages:
-            catalog.add(message)
-        with (outdir / f"{name}.pot").open("wb") as f:
-            _write(f, catalog, width=0)
-    return outdir
-
-
-def update(pot_dir: Path = POT_DIR) -> None:
-    """Merge the extracted messages into the Simplified catalogues, then regenerate the Traditional.
-
-    A new message arrives empty and a changed one fuzzy (with its old translation as a hint), so the
-    gate fails until a translator has looked at it.
-    """
-    from babel.messages.catalog import Catalog
-
-    root = LOCALES / SIMPLIFIED / "LC_MESSAGES"
-    for pot in sorted(pot_dir.rglob("*.pot")):
-        target = root / pot.relative_to(pot_dir).with_suffix(".po")
-        template = read_po(pot)
-        catalog = read_po(target) if target.exists() else Catalog(locale="zh_Hans_CN")
-        catalog.update(template, no_fuzzy_matching=False)
-        catalog.obsolete.clear()
-        write_po(catalog, target)
-    hant()
-
-
-# --------------------------------------------------------------------------- Traditional
-
-
 def read_terms() -> list[dict[str, str]]:
     """The term table: english, zh_hans, zh_hant, note."""
     with TERMS.open(encoding="utf-8", newline="") as f:
@@ -314,193 +261,75 @@ def read_terms() -> list[dict[str, str]]:
 @functools.cache
 def _term_fixes() -> tuple[tuple[str, str], ...]:
     """(OpenCC's Traditional, the table's) for each term where the two differ."""
-    import opencc
-
-    converter = opencc.OpenCC(OPENCC_PROFILE)
-    pairs = ((converter.convert(t["zh_hans"]), t["zh_hant"]) for t in read_terms())
+    pairs = ((OPENCC.convert(t["zh_hans"]), t["zh_hant"]) for t in read_terms())
     return tuple((ours, table) for ours, table in pairs if ours != table)
 
 
-def to_traditional(text: str, converter=None) -> str:
+def to_traditional(text: str) -> str:
     """Simplified -> Traditional: OpenCC's s2tw, then each term as the term table writes it."""
-    import opencc
-
-    out = (converter or opencc.OpenCC(OPENCC_PROFILE)).convert(text)
+    out = OPENCC.convert(text)
     for converted, term in _term_fixes():
         out = out.replace(converted, term)
     return out
 
 
-def traditional_catalogue(simplified):
+def traditional_catalogue(simplified: Catalog) -> Catalog:
     """The Traditional catalogue made from a Simplified one (same messages, same flags)."""
-    import opencc
-    from babel.messages.catalog import Catalog
-
-    converter = opencc.OpenCC(OPENCC_PROFILE)
     out = Catalog(
         locale="zh_Hant_TW",
         project=simplified.project,
         fuzzy=False,
         creation_date=simplified.creation_date,  # regenerating changes nothing unless the text does
     )
-    for message in simplified:
-        if not message.id:
-            continue
-        string = to_traditional(message.string, converter) if message.string else ""
-        out.add(message.id, string, flags=message.flags, auto_comments=message.auto_comments)
+    for m in simplified:
+        if m.id:
+            string = to_traditional(m.string) if m.string else ""
+            out.add(m.id, string, flags=m.flags, auto_comments=m.auto_comments)
     return out
 
 
 def hant() -> list[Path]:
     """Regenerate locales/zh_TW from locales/zh_CN; returns the files written."""
-    source = LOCALES / SIMPLIFIED / "LC_MESSAGES"
-    target = LOCALES / TRADITIONAL / "LC_MESSAGES"
-    if target.exists():
-        shutil.rmtree(target)
-    written = []
-    for path in catalogue_paths(SIMPLIFIED):
-        out = target / path.relative_to(source)
+    source, target = (LOCALES / x / "LC_MESSAGES" for x in (SIMPLIFIED, TRADITIONAL))
+    shutil.rmtree(target, ignore_errors=True)
+    written = [target / path.relative_to(source) for path in catalogue_paths(SIMPLIFIED)]
+    for path, out in zip(catalogue_paths(SIMPLIFIED), written, strict=True):
         write_po(traditional_catalogue(read_po(path)), out)
-        written.append(out)
     return written
 
 
-# --------------------------------------------------------------------------- the gate
+def gate(language: str, pot_dir: Path, locales: Path = LOCALES) -> list[str]:
+    """Every problem of one language against freshly extracted .pot files: a copy of its
+    catalogues is updated by sphinx-intl (a message missing arrives empty, a changed one fuzzy,
+    a page without a catalogue gets an empty one), then linted."""
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copytree(locales / language, Path(tmp) / language)
+        intl_update(pot_dir, Path(tmp), language)
+        return lint(sorted(Path(tmp, language).rglob("*.po")), language)
 
 
-@dataclass
-class Count:
-    messages: int = 0
-    missing: int = 0  # in the English source, not in the catalogue
-    untranslated: int = 0  # empty, or English prose copied unchanged
-    fuzzy: int = 0
-
-    @property
-    def bad(self) -> int:
-        return self.missing + self.untranslated + self.fuzzy
+def check() -> int:
+    """Print the gate's problems for both languages; returns how many there are."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pot_dir = extract(Path(tmp) / "gettext")
+        problems = {language: gate(language, pot_dir) for language in EDITIONS}
+    for language, found in problems.items():
+        for line in found[:30]:
+            print(f"  {language} {line}")
+        print(f"{language}: {len(found)} problems (missing, empty, fuzzy, English, markup, terms)")
+    return sum(map(len, problems.values()))
 
 
 # Inline code, maths, link targets, roles' targets and URLs: not prose to translate.
 _NOT_PROSE = re.compile(
     r"`[^`]*`|\$\$.*?\$\$|\$[^$]*\$|\]\([^)]*\)|<[^>]*>|https?://\S+|\{[a-z]+\}", re.S
 )
+_THREE_WORDS = re.compile(r"[A-Za-z]{2,}[,;:]?\s+[A-Za-z]{2,}[,;:]?\s+[A-Za-z]{2,}")
 
 
 def english_prose(text: str) -> bool:
     """True when a text has English words to translate (three in a row outside code and maths)."""
     return bool(_THREE_WORDS.search(_NOT_PROSE.sub(" ", text)))
-
-
-_THREE_WORDS = re.compile(r"[A-Za-z]{2,}[,;:]?\s+[A-Za-z]{2,}[,;:]?\s+[A-Za-z]{2,}")
-
-
-# Pages whose English may stay (titles of papers and books, authors).
-COPY_ALLOWED = {"book/references"}
-
-
-def check_language(language: str, pot_dir: Path = POT_DIR) -> dict[str, Count]:
-    """Per page: messages, missing, untranslated and fuzzy, against freshly extracted .pot files."""
-    root = LOCALES / language / "LC_MESSAGES"
-    counts: dict[str, Count] = {}
-    for pot in sorted(pot_dir.rglob("*.pot")):
-        domain = pot.relative_to(pot_dir).with_suffix("").as_posix()
-        path = root / f"{domain}.po"
-        catalog = {m.id: m for m in read_po(path) if m.id} if path.exists() else {}
-        count = counts.setdefault(domain, Count())
-        for message in read_po(pot):
-            if not message.id:
-                continue
-            count.messages += 1
-            entry = catalog.get(message.id)
-            if entry is None:
-                count.missing += 1
-            elif entry.fuzzy:
-                count.fuzzy += 1
-            elif not entry.string or (
-                entry.string == message.id
-                and domain not in COPY_ALLOWED
-                and not message.id.startswith("\n")  # a display-maths block
-                and english_prose(message.id)
-            ):
-                count.untranslated += 1
-    return counts
-
-
-def term_pattern(english: str) -> re.Pattern:
-    words = r"[\s-]+".join(re.escape(w) for w in re.split(r"[\s-]+", english))
-    # Plurals, "masked", "normalization": the forms the English text uses.
-    words = words.replace("normalisation", "normali[sz]ation").replace("matrix", "matri(?:x|ces)")
-    return re.compile(rf"(?<![\w`]){words}(?:s|es|ed)?(?![\w`])", re.I)
-
-
-def term_exemptions(message) -> set[str]:
-    """Terms a translator marked as used in another sense here: a comment `# term-exempt: key`."""
-    return {
-        name.strip()
-        for comment in message.user_comments
-        if comment.strip().startswith("term-exempt:")
-        for name in comment.split(":", 1)[1].split(",")
-    }
-
-
-def check(pot_dir: Path | None = None) -> int:
-    """Print the gate's counts for both languages; returns the number of problems."""
-    pot_dir = pot_dir or extract()
-    problems = 0
-    for language in EDITIONS:
-        total = Count()
-        for domain, count in check_language(language, pot_dir).items():
-            for name in ("messages", "missing", "untranslated", "fuzzy"):
-                setattr(total, name, getattr(total, name) + getattr(count, name))
-            if count.bad:
-                print(
-                    f"  {language} {domain}: {count.missing} missing, {count.untranslated} "
-                    f"untranslated, {count.fuzzy} fuzzy of {count.messages}"
-                )
-        found = lint(catalogue_paths(language), language)
-        for line in found[:20]:
-            print(f"  {language} {line}")
-        print(
-            f"{language}: {total.messages} messages, {total.missing} missing, "
-            f"{total.untranslated} untranslated, {total.fuzzy} fuzzy; "
-            f"{len(found)} markup or term problems"
-        )
-        problems += total.bad + len(found)
-    return problems
-
-
-# --------------------------------------------------------------------------- the builds
-
-
-def build(language: str, *, fresh: bool = False, quiet: bool = False) -> int:
-    """Build one Chinese edition into _build/html/<folder>/, next to the English book.
-
-    Each edition keeps its own doctrees (the English build's cache is never mixed in), so a second
-    build re-reads only what changed; `fresh` re-reads every page. A warning fails the build, as it
-    does for the English one.
-    """
-    edition = EDITIONS[language]
-    return sphinx_build(
-        "html",
-        HTML / edition.folder,
-        ROOT / "_build" / f".doctrees-{language}",
-        {
-            "language": language,
-            "locale_dirs": ["locales"],
-            "gettext_compact": False,
-            "html_title": edition.title,
-            "html_context": {"language": edition.folder},
-            "html_theme_options": {"search_bar_text": edition.search},
-            "nitpicky": True,
-        },
-        freshenv=fresh,
-        warningiserror=True,
-        keep_going=True,
-        quiet=quiet,
-    )
-
-
-# --------------------------------------------------------------------------- markup
 
 
 _CODE = re.compile(r"(?<!`)`([^`]+)`(?!`)")
@@ -510,14 +339,10 @@ _TARGET = re.compile(r"\]\(([^)]*)\)")
 _LABEL = re.compile(r"^\(([^)]+)\)=", re.M)
 
 
-def _markdown():
-    from markdown_it import MarkdownIt
-    from mdit_py_plugins.dollarmath import dollarmath_plugin
-
-    return MarkdownIt("commonmark").use(dollarmath_plugin)
+MARKDOWN = MarkdownIt("commonmark").use(dollarmath_plugin)
 
 
-def markup_problems(msgid: str, msgstr: str, md=None) -> list[str]:
+def markup_problems(msgid: str, msgstr: str) -> list[str]:
     """What a translation broke: maths, code, link and cross-reference targets must survive as they
     are, and its emphasis must still parse (CommonMark does not close `**` after a CJK bracket that
     a CJK character follows: write `**术语**（term）`, not `**术语（term）**的`)."""
@@ -539,21 +364,37 @@ def markup_problems(msgid: str, msgstr: str, md=None) -> list[str]:
             missing = [x for x in found_id if x not in found_str]
             extra = [x for x in found_str if x not in found_id]
             problems.append(f"{name} differ: missing {missing[:3]}, added {extra[:3]}")
-    md = md or _markdown()
-    rendered = _MATH.sub("", re.sub(r"<code>.*?</code>", "", md.renderInline(msgstr)))
+    rendered = _MATH.sub("", re.sub(r"<code>.*?</code>", "", MARKDOWN.renderInline(msgstr)))
     if "**" in rendered or re.search(r"(?<![\w*])\*(?=\S)", rendered):
         problems.append("emphasis does not parse: a `*` or `**` is left over")
     return problems
 
 
+def term_pattern(english: str) -> re.Pattern:
+    words = r"[\s-]+".join(re.escape(w) for w in re.split(r"[\s-]+", english))
+    # Plurals, "masked", "normalization": the forms the English text uses.
+    words = words.replace("normalisation", "normali[sz]ation").replace("matrix", "matri(?:x|ces)")
+    return re.compile(rf"(?<![\w`]){words}(?:s|es|ed)?(?![\w`])", re.I)
+
+
+def term_exemptions(message) -> set[str]:
+    """Terms a translator marked as used in another sense here: a comment `# term-exempt: key`."""
+    return {
+        name.strip()
+        for comment in message.user_comments
+        if comment.strip().startswith("term-exempt:")
+        for name in comment.split(":", 1)[1].split(",")
+    }
+
+
 def lint(paths: list[Path], language: str = SIMPLIFIED) -> list[str]:
-    """Every problem in some catalogues: empty or fuzzy messages, broken markup, missing terms."""
-    md = _markdown()
+    """Every problem in some catalogues: empty, fuzzy or English messages, broken markup, terms
+    not followed. Citations (references) may stay English, as may display maths (it starts with a
+    line break); they, the diagrams' labels and code comments have no term rules."""
     column = "zh_hans" if language == SIMPLIFIED else "zh_hant"
     terms = [(term_pattern(t["english"]), t[column], t["english"]) for t in read_terms()]
     problems = []
     for path in paths:
-        # Labels, code comments and citations: no term rules.
         free = path.stem in ("diagrams", "solutions", "references")
         for m in read_po(path):
             if not m.id:
@@ -564,7 +405,10 @@ def lint(paths: list[Path], language: str = SIMPLIFIED) -> list[str]:
             if not m.string:
                 problems.append(f"{where}: untranslated")
                 continue
-            problems += [f"{where}: {p}" for p in markup_problems(m.id, m.string, md)]
+            problems += [f"{where}: {p}" for p in markup_problems(m.id, m.string)]
+            copy_ok = path.stem == "references" or m.id.startswith("\n")
+            if m.string == m.id and not copy_ok and english_prose(m.id):
+                problems.append(f"{where}: English copied unchanged")
             if m.string == m.id or free:
                 continue
             prose, target = _NOT_PROSE.sub(" ", m.id), _NOT_PROSE.sub(" ", m.string).lower()
@@ -577,34 +421,20 @@ def lint(paths: list[Path], language: str = SIMPLIFIED) -> list[str]:
     return problems
 
 
-# --------------------------------------------------------------------------- command line
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["extract", "update", "hant", "check", "lint", "build"])
-    parser.add_argument("args", nargs="*", help="build: the language; lint: .po files")
+    parser.add_argument("command", choices=["update", "hant", "check", "build"])
+    parser.add_argument("language", nargs="?", choices=list(EDITIONS), help="build: the edition")
     parser.add_argument("--quiet", action="store_true", help="build: print only warnings")
     parser.add_argument("--fresh", action="store_true", help="build: re-read every page")
     args = parser.parse_args(argv)
-    if args.command == "extract":
-        print(f"messages: {extract()}")
-    elif args.command == "update":
-        update(extract())
-    elif args.command == "hant":
-        print(f"{len(hant())} catalogues written to {LOCALES / TRADITIONAL}")
-    elif args.command == "check":
+    if args.command == "build":
+        if not args.language:
+            parser.error("build needs a language: " + ", ".join(EDITIONS))
+        return build(args.language, fresh=args.fresh, quiet=args.quiet)
+    if args.command == "check":
         return 1 if check() else 0
-    elif args.command == "lint":
-        paths = [Path(a) for a in args.args] or catalogue_paths(SIMPLIFIED)
-        problems = lint(paths, TRADITIONAL if "zh_TW" in str(paths[0]) else SIMPLIFIED)
-        print("\n".join(problems) or "no problems")
-        print(f"{len(problems)} problems in {len(paths)} catalogues")
-        return 1 if problems else 0
-    elif args.command == "build":
-        if len(args.args) != 1 or args.args[0] not in EDITIONS:
-            parser.error("build needs one language: " + ", ".join(EDITIONS))
-        return build(args.args[0], fresh=args.fresh, quiet=args.quiet)
+    update() if args.command == "update" else print(f"{len(hant())} catalogues written")
     return 0
 
 

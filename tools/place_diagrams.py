@@ -3,20 +3,13 @@
     python tools/place_diagrams.py            # regenerate the SVGs, insert/update the cells
     python tools/place_diagrams.py --check    # change nothing; exit 1 if anything is out of date
 
-The diagrams are drawn by `transformer_course.diagrams` (names read from the package, shapes in the
-notation of book/notation.md). Each one goes into its notebook as a markdown cell with a fixed id
-(`diagram-...`): an image line pointing at the SVG, then an italic caption. A markdown cell needs no
-kernel, so placing a diagram never re-executes a notebook. JupyterLab shows the SVG as an image;
-the book's Sphinx extension (tools/book_ext.py) replaces it by the inline SVG, so its text is text
-and the map's links work.
-
-Anchors survive edits of the surrounding text:
-- the chapter's map goes right after the title cell (the first markdown cell starting with "# ",
-  which holds the learning goals), after the install cell if one follows it;
-- a chapter's own diagram goes right after the first markdown cell with a heading equal to (or else
-  containing) a given phrase, case-insensitively.
-An anchor that is not found stops the script with the list of headings it saw. Running it twice
-changes nothing the second time: existing diagram cells are taken out and put back by id.
+The diagrams are drawn by `transformer_course.diagrams`. Each goes into its notebook as a markdown
+cell with a fixed id (`diagram-...`): an image line pointing at the SVG, then an italic caption (no
+kernel needed, so placing a diagram never re-executes a notebook); tools/book_ext.py inlines the SVG
+in the book. A chapter's map goes right after the title cell (after the install cell if one follows
+it); another diagram right after the first markdown cell with a heading equal to (or else
+containing) a given phrase, case-insensitively. A missing anchor stops the script with the headings
+it saw. A second run changes nothing: diagram cells are taken out and put back by id.
 """
 
 from __future__ import annotations
@@ -69,8 +62,7 @@ class AnchorNotFound(LookupError):
 
 
 def cell_source(diagram: diagrams.Diagram) -> str:
-    """The markdown of a diagram cell: the SVG as an image (alt text = its description), a "
-    "caption."""
+    """A diagram cell's markdown: the SVG as an image (alt text: its description), a caption."""
     return f"![{diagram.label}](../book/diagrams/{diagram.name}.svg)\n\n*{diagram.caption}*"
 
 

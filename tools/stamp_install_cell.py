@@ -4,30 +4,17 @@
     python tools/stamp_install_cell.py --check     # exit 1 if a notebook's cell is missing or stale
     python tools/stamp_install_cell.py notebooks/01_attention.ipynb
 
-A notebook opened from the book's Colab button runs on a machine where `transformer_course` is not
-installed. So every notebook carries, right after its title cell, one small code cell that installs
-the package from the repository named in `_config.yml` (`repository.url`, at `repository.branch`)
-when it cannot be found, and does nothing at all (prints nothing) when it can: locally, on Binder
-(binder/requirements.txt installs requirements.txt, `-e .` included) and under nbval. With no URL
-set, the cell prints one line saying how to install the package instead.
+A notebook opened from the book's Colab button runs where `transformer_course` is not installed, so
+each notebook carries, right after its title cell, a code cell that installs the package from
+`repository.url` at `repository.branch` when it is missing, and prints nothing when it is found
+(locally, on Binder, under nbval). With no URL set, it says how to install the package instead.
+On Colab, the cell also asks for a restart when the session still runs the ipywidgets 7 that Colab
+imports at start (the widgets need 8), and turns on Colab's custom widget manager (its built-in one
+draws ipywidgets 7). The cell is tagged `remove-cell`: the book never shows it; the .ipynb that
+Colab, Binder and the download button open has it.
 
-After installing, the cell checks the ipywidgets this session has already imported: Colab imports
-its own ipywidgets 7 when the runtime starts, and Python keeps that module even after pip installs
-the ipywidgets 8 the widgets need (`widgets.Stack`). Then it prints one line: restart the runtime
-(Runtime > Restart session) and run the cells again; after the restart the package is found and
-the cell does nothing. On Colab, every session also turns on Colab's custom widget manager
-(`google.colab.output.enable_custom_widget_manager()`): Colab's built-in one draws ipywidgets 7, and
-the widgets' live mode (sliders and text boxes that a kernel follows) needs 8. Elsewhere
-`google.colab` is never imported, so the cell stays silent.
-
-The cell is tagged `remove-cell`: the book never shows it (it would be an empty, code-only block at
-the top of every chapter, meaningless to someone reading the web page), while the .ipynb file that
-Colab, Binder and the download button open still has it.
-
-The tool is idempotent (a second run changes nothing) and touches nothing but that cell: every
-other cell, output and piece of metadata is kept as it is. When the cell's source changes, its
-execution count and outputs are cleared (they belonged to the old source); nbval runs it like any
-cell and finds no output on either side, and `make notebooks` executes it.
+Idempotent, and it touches only that cell; when the cell's source changes, its execution count and
+outputs are cleared (they belonged to the old source).
 """
 
 from __future__ import annotations
@@ -157,33 +144,24 @@ def stamp_file(path: Path, source: str, write: bool = True) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description="Insert or update the package-install cell of every notebook from _config.yml."
-    )
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="*", help=f"notebooks (default: {DEFAULT_GLOB})")
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if stale")
     parser.add_argument("--config", type=Path, default=CONFIG, help="Jupyter Book _config.yml")
     args = parser.parse_args(argv)
-
     url, branch = repository(args.config)
     source = install_cell_source(url, branch)
     paths = [Path(p) for p in args.paths] or sorted(ROOT.glob(DEFAULT_GLOB))
-    missing = [str(p) for p in paths if not p.is_file()]
-    if missing:
+    if missing := [str(p) for p in paths if not p.is_file()]:
         raise SystemExit(f"no such notebook: {', '.join(missing)}")
-    target = f"{url}@{branch}" if url else "no repository URL (_config.yml repository.url)"
-    stale = []
+    stale = [path for path in paths if stamp_file(path, source, write=not args.check)]
     for path in paths:
-        changed = stamp_file(path, source, write=not args.check)
-        if changed:
-            stale.append(path)
-        status = ("needs stamping" if args.check else "stamped") if changed else "up to date"
-        print(f"{path}: {status}")
+        changed = ("needs stamping" if args.check else "stamped") if path in stale else ""
+        print(f"{path}: {changed or 'up to date'}")
     if args.check and stale:
-        print(
-            f"{len(stale)} notebook(s) lack the install cell for {target}: "
-            "run `python tools/stamp_install_cell.py`."
-        )
+        target = f"{url}@{branch}" if url else "no repository URL (_config.yml repository.url)"
+        hint = "run `python tools/stamp_install_cell.py`"
+        print(f"{len(stale)} notebook(s) lack the install cell for {target}: {hint}.")
         return 1
     return 0
 
