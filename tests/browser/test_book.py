@@ -57,7 +57,7 @@ if not (BUILD / "index.html").is_file():
 AXE = BUILD.parents[1] / "node_modules" / "axe-core" / "axe.min.js"
 DESKTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
-RENDER_TIMEOUT_MS = 60_000
+RENDER_TIMEOUT_MS = 120_000
 CHANGE_TIMEOUT_S = 5.0
 WIDGET_VIEW = 'script[type="application/vnd.jupyter.widget-view+json"]'
 WIDGET_STATE = re.compile(
