@@ -152,7 +152,7 @@ book-strict: $(VENV_STAMP) $(ASSETS_STAMP) ## a fresh build of every page, in ev
 
 # --------------------------------------------------------------------------- checks
 
-test: setup lint package another-cpu nbval book-strict browser live ## everything CI checks (lint, package tests, nbval, strict build, browser, live widgets)
+test: setup lint package another-cpu nbval book-strict browser live ## everything CI checks (lint, package tests, re-runs as on another CPU, nbval, strict build, browser, live widgets)
 	@echo "make test: all checks passed. The book: $(CURDIR)/$(BUILD_HTML)/index.html"
 
 lint: $(VENV_STAMP) ## ruff check and ruff format --check
