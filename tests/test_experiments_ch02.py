@@ -41,9 +41,12 @@ def problems(row: dict) -> list[str]:
         # seeds' first means differ by 1% or more.
         first=1,
         rtol=1e-4,
-        # The final loss: within the 5 seeds' range, widened by that range again on each side
-        # (a re-run elsewhere is one more draw, not the stored one).
+        # The final loss: within the 5 seeds' range, widened by twice that range on each side.
+        # These runs end within 10% of each other, but the loss still jumps by 20% from one
+        # stretch of 10 steps to the next, so where a re-run's last 30 steps average out moves
+        # by about as much as the seeds span.
         finals=("final_loss",),
+        margin=2.0,
     )
 
 
