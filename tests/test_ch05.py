@@ -163,14 +163,32 @@ def test_similarity_explorer_live_takes_any_even_d_model():
 
 
 @pytest.mark.slow
-def test_extrapolation_experiment_reproduces_a_stored_row():
-    """A stored row, re-run: the same curve, within what another CPU's last bits can change."""
-    stored = experiments.load("extrapolation")
-    row = next(r for r in stored["rows"] if (r["variant"], r["seed"]) == ("random offsets", 0))
-    again = extrapolation.run("random offsets", 0)
-    assert again["final_loss"] == pytest.approx(row["final_loss"], rel=0.05)
-    assert again["accuracy"] == pytest.approx(row["accuracy"], abs=0.05)
-    assert again["late_window_accuracy"] == pytest.approx(row["late_window_accuracy"], abs=0.05)
+def test_a_rerun_of_a_stored_row_lands_among_the_stored_seeds():
+    """Random offsets, seed 0 (each row takes a few seconds), re-run: what a reader's computer
+    must reproduce."""
+    rows = experiments.load("extrapolation")["rows"]
+    setting = [r for r in rows if r["variant"] == "random offsets"]
+    (stored,) = [r for r in setting if r["seed"] == 0]
+    row = extrapolation.run("random offsets", 0)
+    problems = experiments.rerun_problems(
+        row,
+        stored,
+        setting,
+        # A row logs no loss curve, so the accuracy at positions 1-15 (the trained ones) stands
+        # in: nearly all of the 200 predictions at each are right, and weights that differ in
+        # the last digits change at most a few of them (0.02 is 4 predictions).
+        curve="accuracy",
+        first=15,
+        rtol=0.02,
+        # The final loss and the late windows: within the 5 seeds' range, widened by that
+        # range again on each side (a re-run elsewhere is one more draw, not the stored one).
+        finals=("final_loss", "late_window_accuracy"),
+    )
+    assert not problems, problems
+    # The chapter's conclusion for this variant: near-perfect on late windows of the trained
+    # length, failing on positions 32-255 of the long test.
+    assert row["late_window_accuracy"] > 0.98
+    assert sum(row["accuracy"][31:]) / len(row["accuracy"][31:]) < 0.6
 
 
 def test_extrapolation_results_cover_every_variant_and_seed():

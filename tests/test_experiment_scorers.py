@@ -4,10 +4,12 @@ the bilinear re-initialisation, and one stored row re-run (slow)."""
 from __future__ import annotations
 
 import math
+from statistics import mean
 
 import pytest
 import torch
 
+from transformer_course import experiments
 from transformer_course.attention import MultiHeadAttention
 from transformer_course.experiments import load
 from transformer_course.experiments import scorers as ex
@@ -109,10 +111,30 @@ def test_grid_and_results_file_agree():
 
 
 @pytest.mark.slow
-def test_a_stored_row_reproduces_exactly():
-    """The cheapest row (linear attention, seed 0) re-run; every field but the CPU time equal."""
-    stored = next(r for r in load(ex.NAME)["rows"] if (r["score"], r["seed"]) == ("linear", 0))
-    row = ex.run("linear", 0, stored["lr"])
-    assert {k: v for k, v in row.items() if k != "cpu_seconds"} == {
-        k: v for k, v in stored.items() if k != "cpu_seconds"
-    }
+def test_a_rerun_of_the_cheapest_row_lands_among_the_stored_seeds():
+    """Linear attention, seed 0, re-run: what a reader's computer must reproduce."""
+    rows = load(ex.NAME)["rows"]
+    lr = ex.SETTINGS["lr"]
+
+    def setting(score):
+        return [r for r in rows if (r["score"], r["lr"]) == (score, lr)]
+
+    (stored,) = [r for r in setting("linear") if r["seed"] == 0]
+    row = ex.run("linear", 0, lr)
+    problems = experiments.rerun_problems(
+        row,
+        stored,
+        setting("linear"),
+        curve="losses",
+        # Steps 1-5: the runs differ by rounding only (the file keeps 6 significant digits),
+        # while two seeds' losses differ in the second digit.
+        first=5,
+        rtol=1e-4,
+        # The final loss and accuracy: within the 5 seeds' range, widened by that range again
+        # on each side (a re-run elsewhere is one more draw, not the stored one).
+        finals=("final_loss", "accuracy"),
+    )
+    assert not problems, problems
+    # The chapter's conclusion for this row: linear attention ends below softmax attention (the
+    # mean of the softmax seeds: the softmax run of seed 0 moves on another computer too).
+    assert row["final_loss"] < mean(r["final_loss"] for r in setting("scaled_dot"))

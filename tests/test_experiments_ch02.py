@@ -1,4 +1,5 @@
-"""Chapter 2's training experiment: a stored row reproduces exactly when its run is repeated."""
+"""Chapter 2's training experiment: the stored grid, what the chapter says of it, and one row
+re-run, which must land among the stored seeds."""
 
 from __future__ import annotations
 
@@ -23,23 +24,53 @@ def test_results_hold_the_whole_grid_with_the_settings_they_were_run_with():
     assert all(len(r["curve"]) == points for r in results["rows"])
 
 
+def setting(norm: str, warmup: int) -> list[dict]:
+    """The stored rows of one setting, every seed."""
+    return [r for r in stored()["rows"] if (r["norm"], r["warmup"]) == (norm, warmup)]
+
+
+def problems(row: dict) -> list[str]:
+    """What a re-run of pre-LN without warm-up, seed 0, gets wrong against the stored rows."""
+    (same,) = [r for r in setting("pre-LN", 0) if r["seed"] == 0]
+    return experiments.rerun_problems(
+        row,
+        same,
+        setting("pre-LN", 0),
+        curve="curve",
+        # The mean of steps 1-10: before step 10 the runs differ by rounding only, while two
+        # seeds' first means differ by 1% or more.
+        first=1,
+        rtol=1e-4,
+        # The final loss: within the 5 seeds' range, widened by twice that range on each side.
+        # These runs end within 10% of each other, but the loss still jumps by 20% from one
+        # stretch of 10 steps to the next, so where a re-run's last 30 steps average out moves
+        # by about as much as the seeds span.
+        finals=("final_loss",),
+        margin=2.0,
+    )
+
+
 @pytest.mark.slow
-def test_one_run_reproduces_its_stored_row_exactly():
-    # Every run costs the same (same steps, same model); this is the one the chapter argues about.
-    row = experiment.run(norm_first=False, warmup=0, seed=0)
-    (same,) = [
-        r for r in stored()["rows"] if (r["norm"], r["warmup"], r["seed"]) == ("post-LN", 0, 0)
-    ]
-    assert row == same
+def test_a_rerun_lands_among_the_stored_seeds_and_says_what_the_chapter_says():
+    # Every run costs the same (same steps, same model). Pre-LN without warm-up is a setting
+    # whose runs all end alike: post-LN without warm-up splits into runs that stall and runs
+    # that learn, and its seed 0 was just leaving the plateau at step 300, so on another
+    # computer it may go either way.
+    row = experiment.run(norm_first=True, warmup=0, seed=0)
+    assert not problems(row)
+    # The chapter's conclusions for this row: no NaN; the plateau (steps 61-70) first; pre-LN
+    # leaves it between steps 110 and 150 without a warm-up (a re-run may leave it a stretch of
+    # 10 steps earlier or later) and ends near 0.
+    assert not row["diverged"] and 1.65 < row["curve"][6] < 1.9
+    assert 100 <= step_below(row) <= 160 and row["final_loss"] < 0.01
 
 
-def test_a_shorter_run_differs_from_the_stored_row():
-    # The comparison above can fail: a run with other settings gives another row.
-    row = experiment.run(norm_first=False, warmup=0, seed=0, steps=20, log_every=10)
-    (same,) = [
-        r for r in stored()["rows"] if (r["norm"], r["warmup"], r["seed"]) == ("post-LN", 0, 0)
-    ]
-    assert row["curve"] != same["curve"] and row["curve"][:2] == same["curve"][:2]
+def test_a_shorter_run_is_caught_by_the_comparison():
+    # The comparison above can fail: a run of 20 steps starts as the stored one and ends far
+    # from where the stored seeds end.
+    row = experiment.run(norm_first=True, warmup=0, seed=0, steps=20, log_every=10)
+    (found,) = problems(row)
+    assert found.startswith("final_loss = ") and "outside the seeds'" in found
 
 
 def step_below(row: dict, level: float = 1.0) -> int | None:

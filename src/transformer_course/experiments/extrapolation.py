@@ -95,8 +95,9 @@ def run(variant: str, seed: int) -> dict:
         test = torch.Generator().manual_seed(10_000 + seed)  # the test sequences
         tokens = torch.randint(0, VOCAB, (TEST_SEQUENCES, TEST_LENGTH), generator=test)
         windows = torch.randint(0, VOCAB, (TEST_SEQUENCES, TRAIN_LENGTH), generator=test)
-        late = torch.randint(TRAIN_LENGTH, TEST_LENGTH - TRAIN_LENGTH + 1, (TEST_SEQUENCES,),
-                             generator=test)  # fmt: skip
+        late = torch.randint(
+            TRAIN_LENGTH, TEST_LENGTH - TRAIN_LENGTH + 1, (TEST_SEQUENCES,), generator=test
+        )
         with torch.no_grad():
             start = torch.zeros(TEST_SEQUENCES, dtype=torch.long)
             predictions = model(tokens, start).argmax(dim=-1)  # (N, 256)
@@ -115,9 +116,17 @@ def run(variant: str, seed: int) -> dict:
 def main() -> None:
     """Every variant over every seed, into results/extrapolation.json."""
     rows = [run(variant, seed) for variant in VARIANTS for seed in SEEDS]
-    settings = dict(d_model=D_MODEL, steps=STEPS, batch=BATCH, lr=LR, vocab=VOCAB,
-                    train_length=TRAIN_LENGTH, test_length=TEST_LENGTH,
-                    test_sequences=TEST_SEQUENCES, seeds=list(SEEDS))  # fmt: skip
+    settings = dict(
+        d_model=D_MODEL,
+        steps=STEPS,
+        batch=BATCH,
+        lr=LR,
+        vocab=VOCAB,
+        train_length=TRAIN_LENGTH,
+        test_length=TEST_LENGTH,
+        test_sequences=TEST_SEQUENCES,
+        seeds=list(SEEDS),
+    )
     print(save(NAME, rows, settings))
 
 

@@ -26,9 +26,18 @@ from ..positional import PositionalEncoding
 
 NAME = "layer_norm_placement"
 SETTINGS = dict(
-    n_layers=12, d_model=32, n_heads=4, d_ff=128, seq_len=8, n_digits=10, batch_size=32,
-    steps=300, lr=2e-3, warmup_steps=60, log_every=10,
-)  # fmt: skip
+    n_layers=12,
+    d_model=32,
+    n_heads=4,
+    d_ff=128,
+    seq_len=8,
+    n_digits=10,
+    batch_size=32,
+    steps=300,
+    lr=2e-3,
+    warmup_steps=60,
+    log_every=10,
+)
 SEEDS = (0, 1, 2, 3, 4)
 
 
@@ -42,10 +51,17 @@ def run(norm_first: bool, warmup: int, seed: int, **overrides) -> dict:
         model = nn.Sequential(
             nn.Embedding(n_digits, d),
             PositionalEncoding(d, max_len=T),
-            Encoder(s["n_layers"], d, s["n_heads"], s["d_ff"], dropout=0.0,
-                    norm_first=norm_first, final_norm=norm_first),
+            Encoder(
+                s["n_layers"],
+                d,
+                s["n_heads"],
+                s["d_ff"],
+                dropout=0.0,
+                norm_first=norm_first,
+                final_norm=norm_first,
+            ),
             nn.Linear(d, n_digits),
-        )  # fmt: skip
+        )
         optimizer = torch.optim.Adam(model.parameters(), lr=s["lr"])
         data = torch.Generator().manual_seed(seed)  # the batches: the same in every setting
         losses = []
@@ -63,10 +79,13 @@ def run(norm_first: bool, warmup: int, seed: int, **overrides) -> dict:
     curve = [sum(losses[i : i + k]) / k for i in range(0, len(losses), k)]
     final = sum(losses[-30:]) / len(losses[-30:])
     return {
-        "norm": "pre-LN" if norm_first else "post-LN", "warmup": warmup, "seed": seed,
-        "curve": [round(c, 6) for c in curve], "final_loss": round(final, 6),
+        "norm": "pre-LN" if norm_first else "post-LN",
+        "warmup": warmup,
+        "seed": seed,
+        "curve": [round(c, 6) for c in curve],
+        "final_loss": round(final, 6),
         "diverged": not all(math.isfinite(x) for x in losses),
-    }  # fmt: skip
+    }
 
 
 def main() -> None:

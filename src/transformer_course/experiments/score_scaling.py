@@ -18,8 +18,18 @@ from ..measure import torch_threads
 from ..training import DigitTask, TrainConfig, build_model, exact_match, held_out_set, train
 
 NAME = "score_scaling"
-SETTINGS = dict(d_model=128, n_layers=1, d_ff=128, batch_size=32, steps=200, lr=1e-3, warmup=50,
-                n_test=300, log_every=10, final_steps=50)  # fmt: skip
+SETTINGS = dict(
+    d_model=128,
+    n_layers=1,
+    d_ff=128,
+    batch_size=32,
+    steps=200,
+    lr=1e-3,
+    warmup=50,
+    n_test=300,
+    log_every=10,
+    final_steps=50,
+)
 D_K = (8, 32, 128)
 SEEDS = (0, 1, 2, 3, 4)
 
@@ -31,10 +41,18 @@ def config(d_k: int, scaled: bool, seed: int) -> TrainConfig:
     if s["d_model"] % d_k:
         raise ValueError(f"d_k: expected a divisor of d_model = {s['d_model']}, got {d_k}")
     return TrainConfig(
-        d_model=s["d_model"], n_heads=s["d_model"] // d_k, n_layers=s["n_layers"], d_ff=s["d_ff"],
-        batch_size=s["batch_size"], steps=s["steps"], lr=s["lr"], warmup=s["warmup"],
-        n_test=s["n_test"], seed=seed, model_kwargs={} if scaled else {"attn_scale": 1.0},
-    )  # fmt: skip
+        d_model=s["d_model"],
+        n_heads=s["d_model"] // d_k,
+        n_layers=s["n_layers"],
+        d_ff=s["d_ff"],
+        batch_size=s["batch_size"],
+        steps=s["steps"],
+        lr=s["lr"],
+        warmup=s["warmup"],
+        n_test=s["n_test"],
+        seed=seed,
+        model_kwargs={} if scaled else {"attn_scale": 1.0},
+    )
 
 
 def run(d_k: int, scaled: bool, seed: int) -> dict:
@@ -48,10 +66,14 @@ def run(d_k: int, scaled: bool, seed: int) -> dict:
     k, n = SETTINGS["log_every"], SETTINGS["final_steps"]
     curve = [sum(losses[i : i + k]) / k for i in range(0, len(losses), k)]
     return {
-        "d_k": d_k, "n_heads": cfg.n_heads, "scaled": scaled, "seed": seed,
-        "curve": [round(c, 6) for c in curve], "final_loss": round(sum(losses[-n:]) / n, 6),
+        "d_k": d_k,
+        "n_heads": cfg.n_heads,
+        "scaled": scaled,
+        "seed": seed,
+        "curve": [round(c, 6) for c in curve],
+        "final_loss": round(sum(losses[-n:]) / n, 6),
         "exact_match": round(accuracy, 6),
-    }  # fmt: skip
+    }
 
 
 def main() -> None:

@@ -196,7 +196,7 @@ def bilinear_size(model) -> dict:
 
 
 def _sig(x: float) -> float:
-    return float(f"{x:.6g}")  # 6 significant digits: a small file, still exact on a re-run
+    return float(f"{x:.6g}")  # 6 significant digits: a small file, more than any re-run can repeat
 
 
 # --------------------------------------------------------------------------- one run, the grid
