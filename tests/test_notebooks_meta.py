@@ -187,3 +187,35 @@ def test_re_execution_is_byte_identical(tmp_path):
     assert path.read_bytes() == first
     assert widget_views(read(path))
     test_widget_views_have_saved_state(path)
+
+
+def test_core_path_prose_fits_in_2500_words(capsys):
+    """The core path of a chapter (markdown cells without the `going-further` tag) holds at most
+    2,500 words of prose; display maths, code, HTML tags and images (their alt text too) are not
+    counted. Prints the table for every chapter; asserts for the chapters converted so far."""
+    converted = ["01", "03", "04", "06", "11"]
+
+    def words(markdown: str) -> int:
+        markdown = re.sub(r"\$\$.*?\$\$|```.*?```", " ", markdown, flags=re.S)
+        markdown = re.sub(r"<[^>]+>|!\[[^\]]*\]\([^)]*\)", " ", markdown)
+        return len(re.findall(r"[A-Za-z0-9$\\_^{}()'.-]+", markdown))
+
+    counts = {}
+    for path in NOTEBOOKS:
+        cells = [cell for cell in read(path).cells if cell.cell_type == "markdown"]
+        optional = [
+            ("going-further" in cell.metadata.get("tags", []), words(cell.source)) for cell in cells
+        ]
+        counts[path.stem] = (
+            sum(n for tagged, n in optional if not tagged),
+            sum(n for tagged, n in optional if tagged),
+        )
+    with capsys.disabled():
+        print("\nchapter                          core  optional")
+        for stem, (core, extra) in counts.items():
+            print(f"{stem:<30} {core:>6} {extra:>9}")
+    too_long = {
+        stem: core for stem, (core, _) in counts.items() if stem[:2] in converted and core > 2500
+    }
+    assert not too_long, f"core prose over 2,500 words: {too_long}"
+    assert words("Hello $$x^2$$ ![alt text](a.png) `code` <b>bold</b> world.") == 4

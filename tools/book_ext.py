@@ -16,11 +16,16 @@
   (with `<link rel="alternate" hreflang>`); the diagrams' labels from diagrams.po and the prose
   comments of the exercises' hidden solutions from solutions.po; the toc's part captions; and, as
   each page's download, its notebook (or Markdown) with the prose translated, the code unchanged.
+- Optional sections: a notebook's markdown cell tagged `going-further` is read as a `going-further`
+  container (its leading targets and heading stay outside, so the page's sections are unchanged),
+  which tools/assets/book.css shows as a labelled optional block. MyST-NB gives a code cell's tags
+  to its HTML classes (`tag_going-further`) but passes a markdown cell's metadata over.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
 from html import escape
 from pathlib import Path
@@ -234,8 +239,35 @@ class ChineseSearch(SearchChinese):
         return stemmed
 
 
+GOING_FURTHER = "going-further"
+# Lines that stay before the container: targets `(label)=`, headings and blank lines.
+_CELL_HEAD = re.compile(r"\s*$|#{1,6} |\([^)\s]+\)=\s*$")
+
+
+def _going_further_blocks(app: Sphinx, docname: str, source: list[str]) -> None:
+    """Wrap the body of every markdown cell tagged `going-further` in a container of that class."""
+    if not str(app.env.doc2path(docname)).endswith(".ipynb"):
+        return
+    notebook = json.loads(source[0])
+    for cell in notebook["cells"]:
+        if cell["cell_type"] != "markdown" or GOING_FURTHER not in cell["metadata"].get("tags", []):
+            continue
+        lines = "".join(cell["source"]).splitlines()
+        head = 0
+        while head < len(lines) and _CELL_HEAD.match(lines[head]):
+            head += 1
+        inner = max((len(m) for m in re.findall(r"^:{3,}", "\n".join(lines), re.M)), default=2)
+        fence = ":" * max(3, inner + 1)
+        body = "\n".join(lines[head:])
+        cell["source"] = "\n".join(
+            [*lines[:head], "", f"{fence}{{container}} {GOING_FURTHER}", body, fence, ""]
+        )
+    source[0] = json.dumps(notebook)
+
+
 def setup(app: Sphinx) -> dict[str, bool]:
     app.set_html_assets_policy("always")  # MathJax on every page (titles in the navigation)
+    app.connect("source-read", _going_further_blocks)
     app.connect("config-inited", _repository_buttons)
     app.connect("config-inited", _edition)
     app.add_search_language(ChineseSearch)

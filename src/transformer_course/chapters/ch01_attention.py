@@ -409,8 +409,8 @@ def check_layer_costs(
             hint="solve n²·d = n·d² for n.",
         ),
         message=(
-            f"self-attention needs {attn:,} and the recurrent layer {rnn:,} multiply-adds; "
-            f"they are equal at n = d = {d}, so for sentences shorter than d self-attention is "
-            "the cheaper layer"
+            f"the attention scores need {attn:,} and the recurrent layer {rnn:,} multiply-adds; "
+            f"they are equal at n = d = {d}, so for sentences shorter than d the attention step "
+            "costs less (a whole attention layer also pays about 4·n·d² for its projections)"
         ),
     )
