@@ -191,11 +191,11 @@ def rotate_half(x: Tensor) -> Tensor:
 
 
 def _check_apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> None:
-    check_tensor("x", x, min_ndim=2, floating=True, finite=True)
+    check_tensor("x", x, min_ndim=1, floating=True, finite=True)
     if x.shape[-1] % 2 != 0:
         raise ValueError(f"x: expected an even last dimension (rotary pairs), got {x.shape[-1]}")
     for name, table in (("cos", cos), ("sin", sin)):
-        check_tensor(name, table, min_ndim=2, floating=True, finite=True)
+        check_tensor(name, table, min_ndim=1, floating=True, finite=True)
         check_device(name, table, x.device, "x")
         try:
             shape = torch.broadcast_shapes(x.shape, table.shape)
