@@ -5,8 +5,10 @@
     python benchmarks/run_all.py --only attention --only paths --out /tmp/RESULTS.md
 
 Scripts, in order: attention (ours vs nn.MultiheadAttention), paths (explicit vs fused), scoring
-(chapter 7's scorers), training (chapter 9's task and the copy task), book (nbval, build, pages).
-Each one also runs alone: python benchmarks/bench_<name>.py [--smoke].
+(chapter 7's scorers), training (chapter 9's task and the copy task), book (nbval, build, pages),
+llm (chapter 11: SmolLM2-135M on our Llama against transformers). Each one also runs alone:
+python benchmarks/bench_<name>.py [--smoke]. A smoke run leaves out llm unless named with --only:
+it has no tiny size (one real model to load), and tests/test_llama.py runs its tables instead.
 
 Run it on a quiet machine: the results record the load average at the start and at the end.
 """
@@ -27,6 +29,7 @@ sys.path.insert(0, str(HERE))
 
 import bench_attention  # noqa: E402
 import bench_book  # noqa: E402
+import bench_llm  # noqa: E402
 import bench_paths  # noqa: E402
 import bench_scoring  # noqa: E402
 import bench_training  # noqa: E402
@@ -39,7 +42,9 @@ BENCHMARKS = {
     "scoring": bench_scoring.run,
     "training": bench_training.run,
     "book": bench_book.run,
+    "llm": bench_llm.run,
 }
+NOT_IN_SMOKE = {"llm"}  # run by --smoke only when named with --only
 DEFAULT_OUT = HERE / "RESULTS.md"
 
 METHOD = """\
@@ -173,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"torch threads (default here: {torch.get_num_threads()})",
     )
     args = parser.parse_args(argv)
-    names = args.only or list(BENCHMARKS)
+    names = args.only or [n for n in BENCHMARKS if not (args.smoke and n in NOT_IN_SMOKE)]
 
     torch.set_num_threads(args.threads)
     started, load_start = common.now(), common.load_average()

@@ -354,7 +354,11 @@ BAD_INPUTS = [
     (lambda m: generate(m, [[1, 99]], 5), ValueError, r"prompts\[0\]: expected a token id in"),
     (lambda m: generate(m, [[1]], 0), ValueError, "max_new_tokens: expected a positive int, got 0"),
     (lambda m: generate(m, [[1]], 5, temperature=-1.0), ValueError, "temperature: expected a"),
-    (lambda m: generate(m, [[1]], 5, temperature=1.0, top_k=51), ValueError, "top_k: expected at most the"),
+    (
+        lambda m: generate(m, [[1]], 5, temperature=1.0, top_k=51),
+        ValueError,
+        "top_k: expected at most the",
+    ),
     (lambda m: generate(m, [[1]], 5, generator=0), TypeError, "generator: expected a torch.Gen"),
     (lambda m: generate(m.blocks[0], [[1]], 5), TypeError, "model: expected a Llama, got Llama"),
     (lambda m: m.blocks[0].attn(torch.randn(1, 3, 47), *angles(1, 3)), ValueError, "x: expected"),
@@ -428,7 +432,9 @@ def reference(smollm2):
 @pytest.mark.slow
 def test_the_loaded_model_has_smollm2s_sizes(smollm2):
     model, tokenizer = smollm2
-    assert model.config == LlamaConfig()
+    # eps is stored as a float32 in the file: 9.999999747e-06, which transformers uses too.
+    assert math.isclose(model.config.norm_eps, 1e-5, rel_tol=1e-6)
+    assert model.config == LlamaConfig(norm_eps=model.config.norm_eps)
     assert count_parameters(model) == 134_515_008
     assert not model.training
     assert (tokenizer.bos_id, tokenizer.eos_id, len(tokenizer)) == (1, 2, 49152)
@@ -444,6 +450,31 @@ def test_our_tokenizer_equals_transformers(smollm2, reference):
     expected = theirs.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     assert ours.chat_text(messages) == expected
     assert ours.apply_chat_template(messages) == theirs.encode(expected, add_special_tokens=False)
+
+
+@pytest.mark.slow
+def test_each_block_equals_transformers_module(smollm2, reference):
+    """Rotary tables and apply_rotary_pos_emb, RMSNorm and the MLP of a layer, same weights."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    model, _ = smollm2
+    theirs, _ = reference
+    positions = torch.tensor(
+        [[0, 1, 2, 3, 4, 5], [0, 0, 0, 1, 2, 3], [100, 200, 300, 4000, 5000, 8191]]
+    )
+    x = torch.randn(3, 6, 576)
+    with torch.no_grad():
+        cos_theirs, sin_theirs = theirs.model.rotary_emb(x, positions)  # (3, 6, 64)
+        cos, sin = rotary_angles(positions, 64, model.config.rope_base)
+        torch.testing.assert_close(cos, cos_theirs, atol=1e-5, rtol=0)
+        torch.testing.assert_close(sin, sin_theirs, atol=1e-5, rtol=0)
+        q, k = torch.randn(3, 9, 6, 64), torch.randn(3, 3, 6, 64)
+        q_theirs, k_theirs = apply_rotary_pos_emb(q, k, cos_theirs, sin_theirs)
+        torch.testing.assert_close(apply_rotary(q, cos[:, None], sin[:, None]), q_theirs)
+        torch.testing.assert_close(apply_rotary(k, cos[:, None], sin[:, None]), k_theirs)
+        layer, block = theirs.model.layers[3], model.blocks[3]
+        torch.testing.assert_close(block.attn_norm(x), layer.input_layernorm(x), atol=1e-5, rtol=0)
+        torch.testing.assert_close(block.ffn(x), layer.mlp(x), atol=1e-5, rtol=0)
 
 
 @pytest.mark.slow
@@ -502,18 +533,12 @@ def test_batched_generation_equals_each_prompt_alone(smollm2):
 
 @pytest.mark.slow
 def test_a_truncated_file_is_refused(tmp_path):
-    source = gguf_loader.model_path()
-    data = source.read_bytes()
+    data = gguf_loader.model_path().read_bytes()
     cut = tmp_path / "cut.gguf"
-    cut.write_bytes(data[: len(data) - 1000])  # the last tensor loses its end
-    with pytest.raises(
-        ValueError,
-        match=rf"expected {len(data)} bytes .*, got {len(data) - 1000}: the file is truncated",
-    ):
-        gguf_loader.load_llama(cut)
-    cut.write_bytes(data[:100_000])  # inside the header's vocabulary
-    with pytest.raises(ValueError, match="expected a complete GGUF file, got 100000 bytes"):
-        gguf_loader.load_llama(cut)
+    for size in (100_000, len(data) - 1000):  # inside the header's vocabulary; the last tensor
+        cut.write_bytes(data[:size])
+        with pytest.raises(ValueError, match=f"expected a complete GGUF file, got {size} bytes"):
+            gguf_loader.load_llama(cut)
 
 
 @pytest.mark.slow

@@ -104,8 +104,8 @@ def read_gguf(path: str | os.PathLike | None = None) -> tuple[dict[str, object],
         reader = GGUFReader(path)
     except Exception as error:  # the reader's own errors: ValueError, struct errors, IndexError
         raise ValueError(
-            f"{path}: expected a complete GGUF file, got {size} bytes it cannot read "
-            f"({type(error).__name__}: {error})"
+            f"{path}: expected a complete GGUF file, got {size} bytes it cannot read, "
+            f"truncated or corrupted ({type(error).__name__}: {error})"
         ) from error
     tensors = {tensor.name: tensor for tensor in reader.tensors}
     if not tensors:
@@ -392,9 +392,19 @@ def reference_model(path: str | os.PathLike | None = None):
     _quiet_transformers()
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, dtype=torch.float32
-    )
+    quiet = {"TQDM_DISABLE": "1"}  # its "Converting and de-quantizing" bar, for this call only
+    saved = {key: os.environ.get(key) for key in quiet}
+    os.environ.update(quiet)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, dtype=torch.float32
+        )
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key)
+            else:
+                os.environ[key] = value
     return model.eval()
 
 
