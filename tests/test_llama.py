@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import math
+import re
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -562,3 +565,50 @@ def test_attention_weights_of_all_270_heads(smollm2):
     assert weights.shape == (30, 1, 9, T, T)
     torch.testing.assert_close(weights.sum(-1), torch.ones(30, 1, 9, T))
     assert math.isclose(float(weights[0, 0, 0, 0, 0]), 1.0)  # the first token sees only itself
+
+
+# --------------------------------------------------------------------------- the benchmark
+
+
+@pytest.fixture(scope="module")
+def benchmarks():
+    """benchmarks/ importable as the scripts see it (run_all, bench_llm, common)."""
+    folder = str(Path(__file__).resolve().parent.parent / "benchmarks")
+    sys.path.insert(0, folder)
+    yield
+    sys.path.remove(folder)
+
+
+@pytest.mark.slow
+def test_the_llm_benchmark_writes_its_tables(smollm2, reference, benchmarks):
+    import bench_llm
+
+    model, tokenizer = smollm2
+    theirs, _ = reference
+    section = bench_llm.measure(model, tokenizer, theirs, smoke=True)  # checks the tokens agree
+    text = section.markdown()
+    for row in ("| generate 3 tokens (cached) |", "| time to the first token |"):
+        assert row in text
+    assert re.search(r"\| generate 3 tokens \| [\d.]+ \[.*\] \| [\d.]+ \[", text)
+    assert [t.met for t in section.targets] == [None]  # a smoke run judges nothing
+
+
+def test_run_all_update_replaces_one_section_and_keeps_the_rest(benchmarks, tmp_path):
+    import common
+    import run_all
+
+    old = (Path(run_all.__file__).parent / "RESULTS.md").read_text()
+    section = common.Section("llm", "A real LLM: a test")
+    section.add("| a | b |\n| :--- | ---: |\n| x | 1 |")
+    section.targets.append(common.Target("LLM test target", "0.5", "<= 1.00", True))
+    section.seconds = 42
+    once = run_all.update(old, [section], "Updated by a test: 'A real LLM: a test'")
+    section.body = ["| a | b |\n| :--- | ---: |\n| x | 2 |"]
+    twice = run_all.update(once, [section], "Updated by a test: 'A real LLM: a test'")
+    assert twice.count("## A real LLM: a test") == 1 and "| x | 2 |" in twice
+    assert twice.count("Updated by a test") == 1
+    assert twice.count("| LLM test target | 0.5 | <= 1.00 | yes |") == 1
+    assert "| bench_llm.py | 42 |" in twice
+    # Every line of the old file is still there, in the same order.
+    kept = iter(twice.splitlines())
+    assert all(any(line == new for new in kept) for line in old.splitlines())
