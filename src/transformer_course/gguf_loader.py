@@ -392,19 +392,9 @@ def reference_model(path: str | os.PathLike | None = None):
     _quiet_transformers()
     from transformers import AutoModelForCausalLM
 
-    quiet = {"TQDM_DISABLE": "1"}  # its "Converting and de-quantizing" bar, for this call only
-    saved = {key: os.environ.get(key) for key in quiet}
-    os.environ.update(quiet)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            str(path.parent), gguf_file=path.name, dtype=torch.float32
-        )
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key)
-            else:
-                os.environ[key] = value
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32
+    )
     return model.eval()
 
 
