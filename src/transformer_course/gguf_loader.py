@@ -24,7 +24,9 @@ through the package's installed files, without importing it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
+import io
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -392,9 +394,12 @@ def reference_model(path: str | os.PathLike | None = None):
     _quiet_transformers()
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, dtype=torch.float32
-    )
+    # Its GGUF converter draws a tqdm bar on stderr that no transformers setting turns off, and
+    # whose rates change every run (a notebook's saved output would never match).
+    with contextlib.redirect_stderr(io.StringIO()):
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, dtype=torch.float32
+        )
     return model.eval()
 
 
