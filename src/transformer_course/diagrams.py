@@ -652,11 +652,11 @@ def encoder_layer() -> Diagram:
     )
 
 
-def decoder_layer() -> Diagram:
-    """Chapter 3: the decoder layer, post-LN and pre-LN, with the causal mask and the memory."""
+def _decoder_sublayers() -> list[Sublayer]:
+    """The three sub-layers of chapter 3's decoder layer (its map in chapters 3 and 11)."""
     D = "decoder_layer"
     mask = (f"{fn(masks.causal_mask)}(T)", "(T, T)")
-    subs = [
+    return [
         Sublayer(
             ["Masked self-attention"],
             attr(D, "self_attn"),
@@ -675,6 +675,11 @@ def decoder_layer() -> Diagram:
             inner="hidden (B, T, d_ff)",
         ),
     ]
+
+
+def decoder_layer() -> Diagram:
+    """Chapter 3: the decoder layer, post-LN and pre-LN, with the causal mask and the memory."""
+    subs = _decoder_sublayers()
     label = (
         "The decoder layer, post-LN (the paper) beside pre-LN. y (B, T, d_model) goes through "
         "masked self-attention with the causal mask (T, T), then cross-attention, whose queries "
@@ -694,22 +699,9 @@ def decoder_layer() -> Diagram:
 
 def decoder_only() -> Diagram:
     """Chapter 11: the 2017 decoder layer (post-LN) beside today's decoder-only block."""
-    D = "decoder_layer"
-    mask = (f"{fn(masks.causal_mask)}(T)", "(T, T)")
-    hidden = "hidden (B, T, d_ff)"
-    paper = [
-        Sublayer(
-            ["Masked self-attention"],
-            attr(D, "self_attn"),
-            "attention",
-            attr(D, "norm1"),
-            mask=mask,
-        ),
-        Sublayer(
-            ["Cross-attention"], attr(D, "cross_attn"), "attention", attr(D, "norm2"), memory=True
-        ),
-        Sublayer(["Feed forward, ReLU"], attr(D, "ff"), "ff", attr(D, "norm3"), inner=hidden),
-    ]
+    paper = _decoder_sublayers()
+    mask = paper[0].mask
+    hidden = paper[2].inner
     today = [
         Sublayer(["Masked GQA + RoPE"], attr("llama_block", "attn"), "attention", "", mask=mask),
         Sublayer(["Feed forward, SwiGLU"], attr("llama_block", "ffn"), "ff", "", inner=hidden),
