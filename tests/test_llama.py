@@ -477,8 +477,9 @@ def test_each_block_equals_transformers_module(smollm2, reference):
         torch.testing.assert_close(cos[:2], cos_theirs[:2], atol=1e-6, rtol=0)  # t <= 5
         q, k = torch.randn(3, 9, 6, 64), torch.randn(3, 3, 6, 64)
         q_theirs, k_theirs = apply_rotary_pos_emb(q, k, cos_theirs, sin_theirs)
-        torch.testing.assert_close(apply_rotary(q, cos[:, None], sin[:, None]), q_theirs)
-        torch.testing.assert_close(apply_rotary(k, cos[:, None], sin[:, None]), k_theirs)
+        cos_theirs, sin_theirs = cos_theirs[:, None], sin_theirs[:, None]  # (3, 1, 6, 64)
+        torch.testing.assert_close(apply_rotary(q, cos_theirs, sin_theirs), q_theirs)
+        torch.testing.assert_close(apply_rotary(k, cos_theirs, sin_theirs), k_theirs)
         layer, block = theirs.model.layers[3], model.blocks[3]
         torch.testing.assert_close(block.attn_norm(x), layer.input_layernorm(x), atol=1e-5, rtol=0)
         torch.testing.assert_close(block.ffn(x), layer.mlp(x), atol=1e-5, rtol=0)
@@ -602,7 +603,7 @@ def test_run_all_update_replaces_one_section_and_keeps_the_rest(benchmarks, tmp_
     import run_all
 
     old = (Path(run_all.__file__).parent / "RESULTS.md").read_text()
-    section = common.Section("llm", "A real LLM: a test")
+    section = common.Section("test", "A real LLM: a test")
     section.add("| a | b |\n| :--- | ---: |\n| x | 1 |")
     section.targets.append(common.Target("LLM test target", "0.5", "<= 1.00", True))
     section.seconds = 42
@@ -612,7 +613,7 @@ def test_run_all_update_replaces_one_section_and_keeps_the_rest(benchmarks, tmp_
     assert twice.count("## A real LLM: a test") == 1 and "| x | 2 |" in twice
     assert twice.count("Updated by a test") == 1
     assert twice.count("| LLM test target | 0.5 | <= 1.00 | yes |") == 1
-    assert "| bench_llm.py | 42 |" in twice
+    assert "| bench_test.py | 42 |" in twice
     # Every line of the old file is still there, in the same order.
     kept = iter(twice.splitlines())
     assert all(any(line == new for new in kept) for line in old.splitlines())
