@@ -168,7 +168,7 @@ def check_rope(answer: object) -> Verdict:
     return compare_tensor(
         answer,
         turned(t),
-        what="the rotated query",
+        what="the numbers of the rotated query",
         mistakes=mistakes,
         hint="pair i is (q[i], q[i + 2]); turn it by the angle 3 x 100^(-2i/4)",
     )
@@ -182,7 +182,7 @@ def check_block_parameters(answer: object) -> Verdict:
     return compare_number(
         answer,
         expected,
-        what="the block's parameters",
+        what="the parameter count",
         mistakes={
             "W^K and W^V are counted as 576 x 576; with 3 kv heads they are 576 x 192": 4
             * c.d_model**2
