@@ -56,8 +56,9 @@ def test_head_explorer_frames_switch_with_layer_and_head():
     frames = list(explorer.frames.values())
     assert len(set(frames)) == len(frames), "every (layer, head) frame differs"
     assert all(len(f) <= 30_000 for f in frames)
-    # The layer slider's third position is layer index 2, shown as "L3"; heads count from 1.
-    assert "L3 H5" in explorer.frames[(2, 4)]
+    # Frame (i, j) is layer EXPLORER_LAYERS[i] and head j, named from 1 ("L10 H5").
+    assert ch.head_name(ch.EXPLORER_LAYERS[2], 4) in explorer.frames[(2, 4)]
+    assert ch.head_name(ch.EXPLORER_LAYERS[2], 4) == f"L{ch.EXPLORER_LAYERS[2] + 1} H5"
     weights = readings[0][1][ch.EXPLORER_LAYERS[-1], 8]
     first = f"{ch.habits(weights)['first token']:.2f}"
     assert first in explorer.frames[(len(ch.EXPLORER_LAYERS) - 1, 8)]
