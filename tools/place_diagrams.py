@@ -54,6 +54,7 @@ PLACEMENTS = (
     Placement("04_multi_head_attention.ipynb", "ch04_multi_head", "Step by step, with shapes"),
     Placement("05_positional_encoding.ipynb", "ch05_positional", "The sinusoidal formula"),
     Placement("06_qkv_sources.ipynb", "ch06_qkv_sources", "One module, three jobs"),
+    Placement("11_decoder_only.ipynb", "ch11_decoder_only", "The block, assembled"),
 )
 
 

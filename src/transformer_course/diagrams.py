@@ -22,7 +22,7 @@ from html import escape
 
 from torch import nn
 
-from . import attention, layers, masks, model, plots, positional
+from . import attention, layers, llama, masks, model, plots, positional
 
 INK = plots.DARK
 MONO = "DejaVu Sans Mono, Menlo, Consolas, monospace"
@@ -68,6 +68,11 @@ def _sample(kind: str) -> nn.Module:
             "encoder_layer": lambda: layers.EncoderLayer(8, 2, 16),
             "decoder_layer": lambda: layers.DecoderLayer(8, 2, 16),
             "mha": lambda: attention.MultiHeadAttention(8, 2),
+            "llama_block": lambda: llama.LlamaBlock(
+                llama.LlamaConfig(
+                    vocab_size=8, d_model=8, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=16, max_len=8
+                )
+            ),
             "transformer": lambda: model.Transformer(
                 5, 5, d_model=8, n_heads=2, n_layers=1, d_ff=16
             ),
@@ -547,6 +552,7 @@ def _layer(
     norm_first: bool,
     var: str,
     seq: str,
+    norm_label: str = "LayerNorm",
 ) -> float:
     """One layer drawn bottom-up from `bottom`, residual paths on the right; returns its top."""
     rx = cx + 102
@@ -557,8 +563,9 @@ def _layer(
         if norm_first:
             norm_y = branch - 12 - 28
             c.line([(cx, y), (cx, norm_y + 28)])
-            c.box(cx - 85, norm_y, 170, 28, ["LayerNorm"], code=None, kind="norm")
-            c.text(cx + 80, norm_y + 19, sub.norm, mono=True, size=11, anchor="end")
+            c.box(cx - 85, norm_y, 170, 28, [norm_label], code=None, kind="norm")
+            if sub.norm:
+                c.text(cx + 80, norm_y + 19, sub.norm, mono=True, size=11, anchor="end")
             box_y = norm_y - 16 - 36
             c.line([(cx, norm_y), (cx, box_y + 36)])
         else:
@@ -645,11 +652,11 @@ def encoder_layer() -> Diagram:
     )
 
 
-def decoder_layer() -> Diagram:
-    """Chapter 3: the decoder layer, post-LN and pre-LN, with the causal mask and the memory."""
+def _decoder_sublayers() -> list[Sublayer]:
+    """The three sub-layers of chapter 3's decoder layer (its map in chapters 3 and 11)."""
     D = "decoder_layer"
     mask = (f"{fn(masks.causal_mask)}(T)", "(T, T)")
-    subs = [
+    return [
         Sublayer(
             ["Masked self-attention"],
             attr(D, "self_attn"),
@@ -668,6 +675,11 @@ def decoder_layer() -> Diagram:
             inner="hidden (B, T, d_ff)",
         ),
     ]
+
+
+def decoder_layer() -> Diagram:
+    """Chapter 3: the decoder layer, post-LN and pre-LN, with the causal mask and the memory."""
+    subs = _decoder_sublayers()
     label = (
         "The decoder layer, post-LN (the paper) beside pre-LN. y (B, T, d_model) goes through "
         "masked self-attention with the causal mask (T, T), then cross-attention, whose queries "
@@ -683,6 +695,42 @@ def decoder_layer() -> Diagram:
     return _layer_pair(
         "ch03_decoder_layer", subs, "y", "T", 780, 265, "decoder layer", label, caption
     )
+
+
+def decoder_only() -> Diagram:
+    """Chapter 11: the 2017 decoder layer (post-LN) beside today's decoder-only block."""
+    paper = _decoder_sublayers()
+    mask = paper[0].mask
+    hidden = paper[2].inner
+    today = [
+        Sublayer(["Masked GQA + RoPE"], attr("llama_block", "attn"), "attention", "", mask=mask),
+        Sublayer(["Feed forward, SwiGLU"], attr("llama_block", "ffn"), "ff", "", inner=hidden),
+    ]
+    height = 136 * len(paper) + 130
+    c = Canvas(900, height)
+    for cx, title, note, subs, norm_first, norm in (
+        (285, "The 2017 decoder layer", "post-LN, LayerNorm", paper, False, "LayerNorm"),
+        (700, "Today's decoder-only block", "pre-norm, RMSNorm", today, True, "RMSNorm"),
+    ):
+        c.text(cx, 20, title, weight="bold", size=13.5)
+        c.text(cx, 38, note, size=12)
+        _layer(c, cx, height - 28, subs, norm_first, "x", "T", norm_label=norm)
+    c.line([(500, 50), (500, height - 10)], arrow=False, colour=plots.MID_GREY, dash="3 4", width=1)
+    label = (
+        "Left, the decoder layer of 2017: masked self-attention with the causal mask (T, T), "
+        "cross-attention to the encoder's memory (B, S, d_model), a ReLU feed-forward network, "
+        "each followed by a residual sum and LayerNorm. Right, today's decoder-only block: no "
+        "cross-attention; RMSNorm before each sub-layer; masked grouped-query attention with "
+        "rotary positions; a SwiGLU feed-forward network. Both map (B, T, d_model) to "
+        "(B, T, d_model)."
+    )
+    caption = (
+        "The 2017 decoder layer beside a decoder-only block of today (LLaMA, SmolLM2). The "
+        "cross-attention is gone; the norm moved inside each residual branch and became RMSNorm; "
+        "attention shares its keys and values between heads and turns queries and keys by their "
+        "position; the feed-forward network is gated."
+    )
+    return Diagram("ch11_decoder_only", label, caption, c.svg(label))
 
 
 # --------------------------------------------------------------------------- 4. chapter 4
@@ -943,4 +991,5 @@ def all_diagrams() -> list[Diagram]:
         multi_head(),
         positional_circles(),
         qkv_sources(),
+        decoder_only(),
     ]

@@ -15,20 +15,37 @@ t + 1 keys at step t: the cache removes recomputation, not the attention's growt
 The caches are immutable: `decode_step` returns a new `DecoderCache` (the tensors of the old one
 are not modified), so a cache can be kept and stepped from again (chapter 3 times one step this
 way). Generation runs in eval mode, where dropout is off, so the sub-layers need no dropout here.
+
+Decoder-only models (chapter 11's `llama.Llama`) have no encoder: the prompt is the start of
+the sequence itself. `generate` runs the whole prompt once ("prefill", filling a `KVCache`), then
+one new token per step; prompts of different lengths are padded on the left (`left_pad`) so
+that every row continues at the same column. `next_token` picks each token: greedily, or by
+sampling with a temperature and a top-k cut, from a seeded `torch.Generator`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from ._validation import check_mask, check_same, check_sequence, check_tensor, checked
-from .attention import MultiHeadAttention, merge_heads, split_heads
+from ._validation import (
+    check_mask,
+    check_positive_float,
+    check_positive_int,
+    check_same,
+    check_sequence,
+    check_tensor,
+    check_token_id,
+    checked,
+)
+from .attention import MultiHeadAttention, masked_softmax, merge_heads, split_heads
 from .layers import DecoderLayer
-from .masks import token_padding_mask
+from .llama import Llama
+from .masks import left_padding_mask, token_padding_mask
 from .model import Transformer, _check_greedy_decode
 
 
@@ -222,3 +239,184 @@ def greedy_decode_cached(
     finally:
         model.train(was_training)
     return torch.cat([cache.tokens, token[:, None]], dim=1)  # (B, L)
+
+
+# --------------------------------------------------------------------------- decoder-only models
+
+
+def _check_prompts(prompts: object, vocab: int) -> list[list[int]]:
+    if isinstance(prompts, (str, bytes, Tensor)) or not isinstance(prompts, Sequence):
+        raise TypeError(f"prompts: expected a list of token-id lists, got {type(prompts).__name__}")
+    if len(prompts) == 0:
+        raise ValueError("prompts: expected at least one prompt, got none")
+    for b, prompt in enumerate(prompts):
+        name = f"prompts[{b}]"
+        if isinstance(prompt, (str, bytes)) or not isinstance(prompt, Sequence):
+            raise TypeError(f"{name}: expected a list of token ids, got {type(prompt).__name__}")
+        if len(prompt) == 0:
+            raise ValueError(f"{name}: expected at least one token, got an empty prompt")
+        for token in prompt:
+            check_token_id(name, token, vocab)
+    return [list(prompt) for prompt in prompts]
+
+
+def _check_left_pad(prompts: Sequence[Sequence[int]], pad_id: int = 0) -> None:
+    if isinstance(pad_id, bool) or not isinstance(pad_id, int):
+        raise TypeError(f"pad_id: expected an int, got {type(pad_id).__name__} {pad_id!r}")
+    _check_prompts(prompts, vocab=2**63 - 1)
+
+
+@checked(_check_left_pad)
+def left_pad(prompts: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[Tensor, Tensor]:
+    """Prompts of different lengths as one batch, padded on the left, and its padding mask.
+
+    Shape:
+        B prompts, the longest of length T -> tokens (B, T), mask (B, 1, 1, T) (True = real)
+    """
+    lengths = [len(prompt) for prompt in prompts]
+    T = max(lengths)
+    tokens = torch.full((len(prompts), T), pad_id, dtype=torch.long)  # (B, T)
+    for b, prompt in enumerate(prompts):
+        tokens[b, T - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+    return tokens, left_padding_mask(lengths, T)  # (B, T), (B, 1, 1, T)
+
+
+def _check_next_token(
+    logits: Tensor,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> None:
+    check_tensor("logits", logits, ndim=2, floating=True, finite=True)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise TypeError(f"temperature: expected a number >= 0, got {type(temperature).__name__}")
+    if temperature != 0:
+        check_positive_float("temperature", temperature)
+    if top_k is not None:
+        check_positive_int("top_k", top_k)
+        if top_k > logits.shape[-1]:
+            raise ValueError(
+                f"top_k: expected at most the vocabulary size {logits.shape[-1]}, got {top_k}"
+            )
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator: expected a torch.Generator, got {type(generator).__name__}")
+
+
+@checked(_check_next_token)
+def next_token(
+    logits: Tensor,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Choose the next token of each row from its logits.
+
+    temperature = 0: the most likely token (greedy). Otherwise a sample from
+    softmax(logits / temperature), restricted to the top_k most likely tokens if top_k is given:
+    a low temperature sharpens the distribution, a high one flattens it.
+
+    Shape:
+        logits (B, vocab) -> token ids (B,)
+    """
+    if temperature == 0:
+        return logits.argmax(dim=-1)  # (B,)
+    logits = logits / temperature  # (B, vocab)
+    if top_k is not None:
+        kth_best = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth_best, float("-inf"))
+    probabilities = torch.softmax(logits, dim=-1)  # (B, vocab)
+    return torch.multinomial(probabilities, 1, generator=generator)[:, 0]  # (B,)
+
+
+def _check_generate(
+    model: Llama,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    *,
+    eos_id: int | None = None,
+    pad_id: int | None = None,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+) -> None:
+    if not isinstance(model, Llama):
+        raise TypeError(f"model: expected a Llama, got {type(model).__name__}")
+    vocab, context = model.config.vocab_size, model.config.max_len
+    prompts = _check_prompts(prompts, vocab)
+    check_positive_int("max_new_tokens", max_new_tokens)
+    longest = max(len(prompt) for prompt in prompts)
+    if longest + max_new_tokens > context:
+        raise ValueError(
+            f"prompts: expected a prompt of at most the context length max_len={context} minus "
+            f"max_new_tokens={max_new_tokens} tokens, got one of {longest}"
+        )
+    if eos_id is not None:
+        check_token_id("eos_id", eos_id, vocab)
+    if pad_id is not None:
+        check_token_id("pad_id", pad_id, vocab)
+    _check_next_token(model.embed.weight[:1], temperature, top_k, generator)
+    if not isinstance(use_cache, bool):
+        raise TypeError(f"use_cache: expected a bool, got {type(use_cache).__name__}")
+
+
+@checked(_check_generate)
+def generate(
+    model: Llama,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    *,
+    eos_id: int | None = None,
+    pad_id: int | None = None,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+) -> Tensor:
+    """Continue each prompt by up to max_new_tokens tokens with a decoder-only model.
+
+    Args:
+        model: a `llama.Llama`.
+        prompts: B lists of token ids, of any lengths (padded on the left here).
+        max_new_tokens: the most tokens added to each prompt.
+        eos_id: a row stops at this token (kept); generation ends when every row has.
+        pad_id: fills a row after its EOS; default eos_id (or 0).
+        temperature, top_k, generator: how each token is chosen (`next_token`); the default
+            temperature 0 is greedy.
+        use_cache: keep keys and values (`KVCache`); False runs the model on the whole sequence
+            at every step (the same tokens, slower: chapter 3's comparison).
+
+    Returns:
+        LongTensor (B, n <= max_new_tokens): the new tokens only.
+    """
+    pad_id = pad_id if pad_id is not None else (eos_id if eos_id is not None else 0)
+    device = model.embed.weight.device
+    tokens, mask = left_pad(prompts, pad_id)  # (B, T), (B, 1, 1, T)
+    tokens, mask = tokens.to(device), mask.to(device)
+    B, T = tokens.shape
+    was_training = model.training
+    model.eval()
+    new: list[Tensor] = []
+    try:
+        with torch.inference_mode():
+            cache = model.new_cache(B, T + max_new_tokens) if use_cache else None
+            logits = model(tokens, mask, cache=cache, last_only=True)[:, -1]  # (B, vocab)
+            done = torch.zeros(B, dtype=torch.bool, device=device)  # (B,): has produced EOS
+            for step in range(max_new_tokens):
+                token = next_token(logits, temperature, top_k, generator).masked_fill(done, pad_id)
+                new.append(token)
+                if eos_id is not None:
+                    done = done | (token == eos_id)
+                    if bool(done.all()):
+                        break
+                if step == max_new_tokens - 1:
+                    break
+                if use_cache:
+                    logits = model(token[:, None], cache=cache, last_only=True)[:, -1]
+                else:  # the whole sequence again, its padding mask grown by one real token
+                    tokens = torch.cat([tokens, token[:, None]], dim=1)  # (B, T + step + 1)
+                    mask = torch.cat([mask, mask.new_ones(B, 1, 1, 1)], dim=-1)
+                    logits = model(tokens, mask, last_only=True)[:, -1]  # (B, vocab)
+    finally:
+        model.train(was_training)
+    return torch.stack(new, dim=1)  # (B, n)

@@ -72,6 +72,18 @@ def padding_mask(lengths: Tensor | Sequence[int], max_len: int | None = None) ->
     return keep[:, None, None, :]  # (B, 1, 1, S)
 
 
+def left_padding_mask(lengths: Tensor | Sequence[int], max_len: int | None = None) -> Tensor:
+    """Key mask of a left-padded batch: True at the last `lengths[b]` (real) positions.
+
+    A decoder-only model generates at the end of each row, so prompts of different lengths are
+    padded on the left and all end at the same column. The mask is `padding_mask`'s, reversed.
+
+    Shape:
+        (B, 1, 1, S)
+    """
+    return padding_mask(lengths, max_len).flip(-1)  # (B, 1, 1, S)
+
+
 def token_padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     """Key mask from token ids: True where the token is not `pad_id`.
 
