@@ -28,6 +28,9 @@ HOST := 127.0.0.1
 PORT ?= 8000
 BUILD_HTML := _build/html
 BOOK_FLAGS := -W -n --keep-going
+# The notebooks' kernels, as tools/execute_notebooks.py runs them: widgets precompute their frames,
+# one thread, and tqdm bars without time or rate (a loading bar is a widget holding its text).
+NOTEBOOK_ENV := TRANSFORMER_COURSE_STATIC=1 OMP_NUM_THREADS=1 TQDM_BAR_FORMAT='{l_bar}{bar}| {n_fmt}/{total_fmt}'
 NBVAL_FLAGS := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=900 \
 	--durations=10
 # Test processes: one per core (pytest-xdist); JOBS=1 runs everything in one process.
@@ -192,7 +195,7 @@ TRAINING_NOTEBOOKS := notebooks/05_positional_encoding.ipynb notebooks/07_why_do
 another-cpu: $(VENV_STAMP) ## re-runs of stored results and the training notebooks, with the last bits changed as on another CPU
 	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 $(PY) -m pytest $(RERUN_TESTS) -k rerun \
 		$(NOT_NBVAL) $(NOT_ANYIO) $(XDIST)
-	ATEN_CPU_CAPABILITY=default TRANSFORMER_COURSE_STATIC=1 OMP_NUM_THREADS=1 $(PY) -m pytest \
+	ATEN_CPU_CAPABILITY=default $(NOTEBOOK_ENV) $(PY) -m pytest \
 		$(NBVAL_FLAGS) $(NOT_HYPOTHESIS) $(NOT_ANYIO) $(if $(XDIST),$(XDIST) --dist loadfile) $(TRAINING_NOTEBOOKS)
 
 # One thread, as `make notebooks` executes them (tools/execute_notebooks.py): chapter 9 trains its
@@ -201,7 +204,7 @@ nbval: $(VENV_STAMP) ## every notebook re-run and compared with its saved output
 	@if [ -z "$(NOTEBOOKS)" ]; then \
 		echo "nbval: notebooks/ has no notebook yet: nothing to validate."; \
 	else \
-		TRANSFORMER_COURSE_STATIC=1 OMP_NUM_THREADS=1 $(PY) -m pytest $(NBVAL_FLAGS) \
+		$(NOTEBOOK_ENV) $(PY) -m pytest $(NBVAL_FLAGS) \
 			$(NOT_HYPOTHESIS) $(NOT_ANYIO) $(if $(XDIST),$(XDIST) --dist loadfile) notebooks/; \
 	fi
 

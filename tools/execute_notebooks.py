@@ -55,6 +55,8 @@ from transformer_course.widgets import STATIC_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_GLOB = "notebooks/*.ipynb"
+# tqdm bars without elapsed time or rate (tqdm reads TQDM_* defaults from the environment).
+BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt}"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
@@ -71,7 +73,10 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int) -> nbformat.Note
     """Run every cell of `nb` in a fresh python3 kernel started in `cwd`; returns `nb`.
 
     The kernel's environment says "static" (STATIC_ENV): the widgets precompute their frames; and
-    one thread (OMP_NUM_THREADS=1): the numbers do not depend on the machine's core count.
+    one thread (OMP_NUM_THREADS=1): the numbers do not depend on the machine's core count; and tqdm
+    bars show no time or rate (TQDM_BAR_FORMAT): a library's loading bar (transformers' in chapter
+    11) is saved as a widget, and would hold that run's speed. nbval's kernels get the same
+    environment (the Makefile's NOTEBOOK_ENV).
     """
     client = NotebookClient(
         nb,
@@ -83,7 +88,9 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int) -> nbformat.Note
         coalesce_streams=True,
         allow_errors=False,
     )
-    client.execute(env={**os.environ, STATIC_ENV: "1", "OMP_NUM_THREADS": "1"})
+    client.execute(
+        env={**os.environ, STATIC_ENV: "1", "OMP_NUM_THREADS": "1", "TQDM_BAR_FORMAT": BAR_FORMAT}
+    )
     return nb
 
 

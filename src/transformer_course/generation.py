@@ -42,7 +42,7 @@ from ._validation import (
     check_token_id,
     checked,
 )
-from .attention import MultiHeadAttention, masked_softmax, merge_heads, split_heads
+from .attention import MultiHeadAttention, merge_heads, split_heads
 from .layers import DecoderLayer
 from .llama import Llama
 from .masks import left_padding_mask, token_padding_mask
