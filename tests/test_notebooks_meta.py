@@ -185,6 +185,7 @@ def test_re_execution_is_byte_identical(tmp_path):
     first = path.read_bytes()
     assert execute_notebooks.main([str(path), "--timeout", "120"]) == 0
     assert path.read_bytes() == first
+    assert execute_notebooks.main([str(path), "--check", "--timeout", "120"]) == 0
     assert widget_views(read(path))
     test_widget_views_have_saved_state(path)
 

@@ -2,24 +2,19 @@
 
 - Stops an HTML build, saying how to fix it, when the front-end files `make book` fetches are
   missing (every widget would be blank and every formula raw TeX, silently).
-- Makes `repository.url` in _config.yml the one switch for the repository, issue and edit buttons
-  (Jupyter Book refuses them without a URL) and the launch buttons (sphinx-book-theme cannot build
-  them without one); Colab opens only GitHub repositories, so for another host its button goes.
-- Loads MathJax on every page: chapter titles with maths are in every page's navigation (search
-  and index included), raw TeX without it.
-- Inlines the architecture diagrams (book/diagrams/*.svg, placed by tools/place_diagrams.py): a
-  paragraph holding only such an image becomes the SVG, in a box that scrolls sideways on a phone,
-  so its text is text and the map's links work (`data-doc` names the page, rewritten for each
-  page; a page not in the book is a build warning).
+- Makes `repository.url` in _config.yml the one switch for the repository and launch buttons
+  (Colab's only for GitHub).
+- Loads MathJax on every page (chapter titles with maths are in every page's navigation).
+- Inlines the architecture diagrams (book/diagrams/*.svg): a paragraph holding only such an image
+  becomes the SVG, so its text is text and the map's links work (`data-doc` names the page).
 - The Chinese editions (`sphinx-build -D language=zh_CN`, see tools/i18n.py): their title and
   search placeholder; on every page of every edition a switcher to the same page in the others
   (with `<link rel="alternate" hreflang>`); the diagrams' labels from diagrams.po and the prose
   comments of the exercises' hidden solutions from solutions.po; the toc's part captions; and, as
   each page's download, its notebook (or Markdown) with the prose translated, the code unchanged.
-- Optional sections: a notebook's markdown cell tagged `going-further` is read as a `going-further`
-  container (its leading targets and heading stay outside, so the page's sections are unchanged),
-  which tools/assets/book.css shows as a labelled optional block. MyST-NB gives a code cell's tags
-  to its HTML classes (`tag_going-further`) but passes a markdown cell's metadata over.
+- Optional sections: a notebook's markdown cell tagged `going-further` becomes a `going-further`
+  container (its leading targets and heading stay outside), shown by tools/assets/book.css as a
+  labelled block (MyST-NB gives only code cells' tags to their HTML classes).
 """
 
 from __future__ import annotations

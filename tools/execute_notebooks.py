@@ -5,31 +5,20 @@
     python tools/execute_notebooks.py --check             # execute to a temporary copy; fail if it
                                                           # differs from the committed file
 
-Execution: nbclient, kernel `python3`, working directory = the notebook's folder, widget state
-stored in the notebook metadata (the static book renders widgets from it, with no kernel). The
-kernel runs with TRANSFORMER_COURSE_STATIC=1, so every `widgets.Explorer` builds its static mode
-(precomputed frames linked in the browser) rather than the live one a reader's kernel gets, and
-with OMP_NUM_THREADS=1, as nbval runs: a model trained in a notebook (chapter 9) comes out the same
-whatever the machine's core count (the cells that time threads set their own counts).
+Execution: nbclient, kernel `python3` in the notebook's folder, widget state stored in the
+notebook's metadata (the static book renders widgets from it). The kernel's environment is
+described in `execute`.
 
 What is promised: on the computer and torch build that made the committed files, re-executing an
-unchanged notebook gives a byte-identical file, and `--check` tests exactly that. On another CPU
-the floating-point sums inside torch are added in another order, so a trained model's numbers
-differ in their last bits: the figures' PNG bytes may differ, and `--check` may report those
-cells. What a reader's machine must reproduce is what nbval compares, the printed text, and the
-chapters print it rounded or as the result of a check so that it survives such differences
-(`make another-cpu` runs the training notebooks with torch's plain kernels to prove it).
+unchanged notebook gives a byte-identical file (`--check` tests exactly that). On another CPU a
+trained model's numbers differ in their last bits, so figures' bytes may differ; what must hold
+everywhere is what nbval compares, the printed text, which the chapters print rounded or as a
+check's result (`make another-cpu` proves it with torch's plain kernels).
 
-Normalisation (what would otherwise change on every run):
-- widget model ids (random uuid4 per run) become deterministic ids numbered in order of first
-  appearance (cell outputs first, then the models they reference), replaced everywhere in the JSON
-  text: the saved widget state, `model_id` in outputs and `IPY_MODEL_` references;
-- volatile metadata is removed: execution timestamps (`metadata.execution`), papermill bits, the
-  Python patch version in `language_info`; the kernelspec is the standard `python3` one;
-- missing cell ids get deterministic ones; the file is written by nbformat (sorted keys, one-space
-  indent, trailing newline);
-- measurements are kept: an unchanged cell tagged `nbval-ignore-output` keeps its stored outputs
-  (timings differ on every run) unless `--remeasure` is given.
+Normalisation: widget model ids become numbered in order of first appearance; volatile metadata
+goes (timestamps, papermill, Python's patch version); missing cell ids get deterministic ones;
+nbformat writes the file; an unchanged cell tagged `nbval-ignore-output` keeps its stored outputs
+(timings) unless `--remeasure` is given.
 """
 
 from __future__ import annotations
@@ -41,9 +30,7 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -269,16 +256,9 @@ def write_text(path: Path, text: str) -> None:
 
 
 def check(path: Path, timeout: int) -> bool:
-    """Execute a temporary copy of `path`; True if it equals the committed file."""
+    """Execute `path` without writing it; True if the result equals the committed file."""
     committed = path.read_text(encoding="utf-8")
-    with tempfile.TemporaryDirectory() as tmp:
-        scratch = Path(tmp) / path.name
-        shutil.copy2(path, scratch)
-        nb = nbformat.read(scratch, as_version=4)
-        before = nbformat.read(scratch, as_version=4)
-        execute(nb, cwd=path.parent, timeout=timeout)  # the notebook's own folder, as in place
-        keep_measurements(nb, before)
-        fresh = normalise(nb)
+    fresh = run_notebook(path, timeout)
     if fresh == committed:
         return True
     a, b = mask_ignored_outputs(committed), mask_ignored_outputs(fresh)
@@ -291,8 +271,6 @@ def check(path: Path, timeout: int) -> bool:
         )
     )
     print("\n".join(diff[:60]))
-    if len(diff) > 60:
-        print(f"  ... {len(diff) - 60} more diff lines")
     return False
 
 
@@ -312,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--check",
         action="store_true",
-        help="execute a temporary copy and fail if it differs from the file on disk",
+        help="execute without writing, and fail if the result differs from the file on disk",
     )
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
     parser.add_argument(

@@ -1,13 +1,8 @@
 """Fetch the book's front-end files at pinned versions and lay them out for Sphinx.
 
-The static book must work with no network and no CDN, so it serves its own copies of
-- @jupyter-widgets/html-manager (dist/embed.js: renders saved widget state with no kernel) and
-- MathJax 3 (es5/tex-mml-chtml.js with the fonts and the components it loads on demand).
-
-Versions and integrity hashes are pinned in package.json / package-lock.json. This script runs
-`npm ci` when node_modules does not hold exactly those versions, then copies what the book needs
-into _assets/ (listed in html_static_path, so it becomes _build/html/_static/). Both folders are
-ignored by git: third-party builds are fetched, never committed.
+The static book works with no network, so it serves its own copies of @jupyter-widgets/html-manager
+(renders saved widget state with no kernel) and MathJax 3, pinned in package.json and
+package-lock.json: `npm ci` when node_modules differs, then a copy into _assets/ (never committed).
 
 Usage: python tools/fetch_assets.py [--force]
 """

@@ -5,10 +5,9 @@
     python tools/i18n.py check         # the gate: missing, untranslated, fuzzy; markup; terms
     python tools/i18n.py build zh_CN   # the Simplified edition -> _build/html/zh-Hans/
 
-Sphinx, with the conf.py that `jupyter-book config sphinx .` writes from _config.yml, extracts
-the messages (`-b gettext`) and builds an edition (`-D language=zh_CN`); sphinx-intl merges new
-messages into the catalogues. Ours are diagrams.po (the diagrams' labels, read by tools/book_ext.py
-when it inlines an SVG) and solutions.po (the prose comments of the exercises' hidden solutions).
+Sphinx extracts the messages (`-b gettext`) and builds an edition (`-D language=zh_CN`);
+sphinx-intl merges them into the catalogues. Ours: diagrams.po (the diagrams' labels) and
+solutions.po (the prose comments of the exercises' hidden solutions).
 """
 
 from __future__ import annotations

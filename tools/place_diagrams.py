@@ -4,12 +4,9 @@
     python tools/place_diagrams.py --check    # change nothing; exit 1 if anything is out of date
 
 The diagrams are drawn by `transformer_course.diagrams`. Each goes into its notebook as a markdown
-cell with a fixed id (`diagram-...`): an image line pointing at the SVG, then an italic caption (no
-kernel needed, so placing a diagram never re-executes a notebook); tools/book_ext.py inlines the SVG
-in the book. A chapter's map goes right after the title cell (after the install cell if one follows
-it); another diagram right after the first markdown cell with a heading equal to (or else
-containing) a given phrase, case-insensitively. A missing anchor stops the script with the headings
-it saw. A second run changes nothing: diagram cells are taken out and put back by id.
+cell with a fixed id (`diagram-...`): an image line and an italic caption (tools/book_ext.py inlines
+the SVG). A chapter's map goes after the title (and install) cell; another diagram after the first
+heading matching a given phrase. A second run changes nothing.
 """
 
 from __future__ import annotations

@@ -4,17 +4,12 @@
     python tools/stamp_install_cell.py --check     # exit 1 if a notebook's cell is missing or stale
     python tools/stamp_install_cell.py notebooks/01_attention.ipynb
 
-A notebook opened from the book's Colab button runs where `transformer_course` is not installed, so
-each notebook carries, right after its title cell, a code cell that installs the package from
-`repository.url` at `repository.branch` when it is missing, and prints nothing when it is found
-(locally, on Binder, under nbval). With no URL set, it says how to install the package instead.
-On Colab, the cell also asks for a restart when the session still runs the ipywidgets 7 that Colab
-imports at start (the widgets need 8), and turns on Colab's custom widget manager (its built-in one
-draws ipywidgets 7). The cell is tagged `remove-cell`: the book never shows it; the .ipynb that
-Colab, Binder and the download button open has it.
-
-Idempotent, and it touches only that cell; when the cell's source changes, its execution count and
-outputs are cleared (they belonged to the old source).
+A notebook opened from the book's Colab button runs where `transformer_course` is not installed:
+each notebook carries, after its title, a cell that installs it from `repository.url` when it is
+missing and prints nothing when it is found (with no URL, it says how to install it). On Colab it
+also asks for a restart while ipywidgets 7 is loaded, and turns on Colab's custom widget manager.
+The cell is tagged `remove-cell`: the book never shows it. Idempotent; a changed cell loses its
+stale outputs.
 """
 
 from __future__ import annotations

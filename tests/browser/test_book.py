@@ -83,6 +83,7 @@ DIAGRAMS = {
     "notebooks/04_multi_head_attention.html": 2,
     "notebooks/05_positional_encoding.html": 2,
     "notebooks/06_qkv_sources.html": 2,
+    "notebooks/11_decoder_only.html": 1,
 }
 # The pages axe-core checks, and what each brings. Every chapter shows prose, formulas, code,
 # self-check verdicts and matplotlib figures, and its widgets are the same frame cards
