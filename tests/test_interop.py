@@ -35,9 +35,7 @@ def _their_decoder_layer(**kwargs) -> nn.TransformerDecoderLayer:
     return nn.TransformerDecoderLayer(**{**args, **kwargs})
 
 
-# ---------------------------------------------------------------------------------------------
-# nn.MultiheadAttention
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- nn.MultiheadAttention
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -92,9 +90,7 @@ def test_gradients_from_torch_names_only_what_was_loaded():
     assert all(p.grad is None for p in ours.parameters())  # ours untouched
 
 
-# ---------------------------------------------------------------------------------------------
-# Errors: wrong types (TypeError) and mismatched sizes or options (ValueError)
-# ---------------------------------------------------------------------------------------------
+# -------------------- Errors: wrong types (TypeError) and mismatched sizes or options (ValueError)
 
 
 @pytest.mark.parametrize(

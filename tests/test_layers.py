@@ -31,9 +31,7 @@ B, T, S = 3, 5, 7
 pytestmark = pytest.mark.usefixtures("one_thread", "no_torch_fast_path")
 
 
-# ---------------------------------------------------------------------------------------------
-# FeedForward
-# ---------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------- FeedForward
 
 
 @pytest.mark.parametrize(
@@ -48,9 +46,7 @@ def test_feed_forward_is_two_linear_maps_around_the_activation(activation, fn):
     torch.testing.assert_close(ff(x), expected, rtol=1e-6, atol=1e-6)
 
 
-# ---------------------------------------------------------------------------------------------
-# Equality with torch.nn.TransformerEncoderLayer / TransformerDecoderLayer
-# ---------------------------------------------------------------------------------------------
+# ------------------------ Equality with torch.nn.TransformerEncoderLayer / TransformerDecoderLayer
 
 VARIANTS = pytest.mark.parametrize(
     ("norm_first", "activation"),
@@ -164,9 +160,7 @@ def test_encoder_layer_matches_torch_fast_path(norm_first, monkeypatch):
     assert len(calls) == 2  # both torch calls really took the fused path
 
 
-# ---------------------------------------------------------------------------------------------
-# forward_steps: the widget of chapter 2 steps through the same computation as forward
-# ---------------------------------------------------------------------------------------------
+# ------------ forward_steps: the widget of chapter 2 steps through the same computation as forward
 
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])

@@ -31,9 +31,7 @@ def small_model(**kwargs) -> Transformer:
     return Transformer(**{**args, **kwargs})
 
 
-# ---------------------------------------------------------------------------------------------
-# Stacks and the whole body against torch.nn
-# ---------------------------------------------------------------------------------------------
+# ------------------------------------------------------ Stacks and the whole body against torch.nn
 
 VARIANTS = pytest.mark.parametrize(
     ("norm_first", "activation", "final_norm"),
@@ -43,27 +41,13 @@ VARIANTS = pytest.mark.parametrize(
 
 
 def _torch_layer_args(norm_first: bool, activation: str) -> dict:
-    return dict(
-        d_model=D_MODEL,
-        nhead=N_HEADS,
-        dim_feedforward=D_FF,
-        dropout=0.0,
-        activation=activation,
-        batch_first=True,
-        norm_first=norm_first,
-    )
+    options = dict(dropout=0.0, activation=activation, norm_first=norm_first, batch_first=True)
+    return dict(d_model=D_MODEL, nhead=N_HEADS, dim_feedforward=D_FF, **options)
 
 
 def _our_stack_args(norm_first: bool, activation: str, final_norm: bool) -> dict:
-    return dict(
-        d_model=D_MODEL,
-        n_heads=N_HEADS,
-        d_ff=D_FF,
-        dropout=0.0,
-        norm_first=norm_first,
-        activation=activation,
-        final_norm=final_norm,
-    )
+    options = dict(dropout=0.0, activation=activation, norm_first=norm_first, final_norm=final_norm)
+    return dict(d_model=D_MODEL, n_heads=N_HEADS, d_ff=D_FF, **options)
 
 
 @VARIANTS
@@ -111,17 +95,8 @@ def test_decoder_matches_torch_transformer_decoder(norm_first, activation, final
 
 
 def _torch_transformer(norm_first: bool, activation: str) -> nn.Transformer:
-    return nn.Transformer(
-        d_model=D_MODEL,
-        nhead=N_HEADS,
-        num_encoder_layers=2,
-        num_decoder_layers=3,
-        dim_feedforward=D_FF,
-        dropout=0.0,
-        activation=activation,
-        batch_first=True,
-        norm_first=norm_first,
-    ).eval()
+    layers = dict(num_encoder_layers=2, num_decoder_layers=3)
+    return nn.Transformer(**_torch_layer_args(norm_first, activation), **layers).eval()
 
 
 def _run_torch_body(theirs: nn.Transformer, src_pad: torch.Tensor):
@@ -176,9 +151,7 @@ def test_torch_transformer_loads_into_our_full_model():
     torch.testing.assert_close(ours(src, tgt), ours.lm_head(expected), rtol=1e-5, atol=1e-5)
 
 
-# ---------------------------------------------------------------------------------------------
-# The full model
-# ---------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------- The full model
 
 
 def test_masks_are_built_from_pad_id():
@@ -245,9 +218,7 @@ def test_without_the_causal_mask_the_future_leaks():
         assert not torch.allclose(unmasked(changed)[:, 0], unmasked(tgt)[:, 0])
 
 
-# ---------------------------------------------------------------------------------------------
-# Greedy decoding
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------- Greedy decoding
 
 
 def _argmax_step_by_step(model: Transformer, src: torch.Tensor, steps: int) -> torch.Tensor:
@@ -296,9 +267,7 @@ def test_greedy_decode_stops_when_every_sequence_has_ended_or_at_max_len(favouri
     assert not decoded.requires_grad
 
 
-# ---------------------------------------------------------------------------------------------
-# Parameter count and variants
-# ---------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------- Parameter count and variants
 
 
 def _analytic_count(

@@ -1,4 +1,4 @@
-"""Our module against torch's: shared by test_attention, test_layers, test_model and test_interop."""
+"""Our module against torch's, forward and gradients: shared by the tests of the core modules."""
 
 from __future__ import annotations
 
