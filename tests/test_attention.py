@@ -40,6 +40,10 @@ def random_mask(*shape: int) -> torch.Tensor:
     return mask.scatter(-1, keep.unsqueeze(-1), True)
 
 
+def causal_and_padding(T: int, lengths: list[int]) -> torch.Tensor:
+    return combine_masks(causal_mask(T), padding_mask(lengths))  # (B, 1, T, T)
+
+
 # ------------------------------------------------------------------ scaled_dot_product_attention
 # Each case: leading dims, T, S, d_k, d_v, the mask (built lazily, under the seeded fixture), scale.
 SDPA_CASES = {
@@ -47,15 +51,7 @@ SDPA_CASES = {
     "S != T, d_v != d_k": ((2, 3), 4, 7, 8, 5, lambda: None, None),
     "causal": ((2, 3), 6, 6, 8, 8, lambda: causal_mask(6), None),
     "padding, S != T": ((2, 3), 4, 7, 8, 8, lambda: padding_mask([7, 3]), None),
-    "causal and padding": (
-        (2, 2),
-        6,
-        6,
-        4,
-        4,
-        lambda: combine_masks(causal_mask(6), padding_mask([6, 2])),
-        None,
-    ),
+    "causal and padding": ((2, 2), 6, 6, 4, 4, lambda: causal_and_padding(6, [6, 2]), None),
     "arbitrary (B, h, T, S)": ((2, 3), 5, 7, 8, 8, lambda: random_mask(2, 3, 5, 7), None),
     "arbitrary (T, S), 3-D": ((2,), 5, 7, 8, 6, lambda: random_mask(5, 7), None),
     "custom scale, causal": ((2, 3), 5, 5, 8, 8, lambda: causal_mask(5), 2.0),

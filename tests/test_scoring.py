@@ -113,16 +113,6 @@ def test_functions_equal_their_modules():
 
 
 @FAST
-@given(d=st.integers(1, 64), seed=st.integers(0, 2**16))
-def test_scaled_dot_is_dot_over_sqrt_d(d, seed):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(2, 3, d, generator=g, dtype=torch.float64)
-    k = torch.randn(2, 4, d, generator=g, dtype=torch.float64)
-    torch.testing.assert_close(scaled_dot_score(q, k), dot_score(q, k) / math.sqrt(d), **TIGHT)
-    torch.testing.assert_close(scaled_dot_score(q, k, scale=0.25), dot_score(q, k) * 0.25, **TIGHT)
-
-
-@FAST
 @given(
     d=st.integers(1, 16),
     temperature=st.floats(0.01, 10.0),
