@@ -1,10 +1,12 @@
 """Hostile inputs: every public function and class against every kind of bad input.
 
-The table below is data: one row per (callable, bad input), each saying which exception must come
-and which argument its message must start with (the package's convention is
-"<arg>: expected ..., got ..."). A row passes only if the package's own check fires: an error from
-deep inside torch never starts with the argument's name. A last test checks that the table covers
-every public name, so a new function cannot slip in untested.
+The table below is data: one row per (callable, kind of bad input its own check handles), each
+saying which exception must come and which argument its message must start with (the package's
+convention is "<arg>: expected ..., got ..."). A row passes only if the package's own check fires:
+an error from deep inside torch never starts with the argument's name. A check that several public
+callables share (a layer's arguments that reach MultiHeadAttention, the scorers' check_query_key)
+gets every kind of bad input through one of them and one row through each other. A last test
+checks that the table covers every public name, so a new function cannot slip in untested.
 
 Kinds of bad input: not a tensor / wrong Python type, wrong rank, mismatched sizes, non-boolean or
 non-broadcastable masks, empty sequences, NaN/inf values, dtype mixes, device mixes (only the CPU
@@ -91,15 +93,19 @@ def x(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.randn(*shape).to(dtype)
 
 
-def poisoned(tensor: torch.Tensor, value: float) -> torch.Tensor:
-    """A copy of `tensor` with one element (not the first) replaced by `value` (NaN or inf)."""
-    tensor = tensor.clone()
-    tensor.view(-1)[tensor.numel() // 2] = value
+def nan(*shape: int) -> torch.Tensor:
+    """A normal tensor with one element (not the first) NaN."""
+    tensor = x(*shape)
+    tensor.view(-1)[tensor.numel() // 2] = NAN
     return tensor
 
 
-def bool_mask(*shape: int) -> torch.Tensor:
-    return torch.ones(*shape, dtype=torch.bool)
+def f64(*shape: int) -> torch.Tensor:
+    return x(*shape, dtype=torch.float64)
+
+
+def longs(*shape: int) -> torch.Tensor:
+    return torch.ones(*shape, dtype=torch.long)
 
 
 def meta(tensor: torch.Tensor) -> torch.Tensor:
@@ -107,152 +113,68 @@ def meta(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to("meta")
 
 
-def tokens(*shape: int, high: int = VOCAB) -> torch.Tensor:
-    return torch.randint(1, high, shape)
+def bool_mask(*shape: int) -> torch.Tensor:
+    return torch.ones(*shape, dtype=torch.bool)
 
 
-def qkv(**override: object) -> dict:
-    """Arguments of scaled_dot_product_attention: q (B, T, D), k and v (B, S, D)."""
-    return {"q": x(B, T, D), "k": x(B, S, D), "v": x(B, S, D), **override}
+def tokens(*shape: int) -> torch.Tensor:
+    return torch.randint(1, VOCAB, shape)
 
 
-def attention_inputs(**override: object) -> dict:
-    """Arguments of MultiHeadAttention.forward: query (B, T, D), key and value (B, S, D)."""
-    return {"query": x(B, T, D), "key": x(B, S, D), "value": x(B, S, D), **override}
-
-
-def decoder_inputs(**override: object) -> dict:
-    """Arguments of DecoderLayer/Decoder.forward: y (B, T, D), memory (B, S, D)."""
-    return {"y": x(B, T, D), "memory": x(B, S, D), **override}
+def heads(length: int = T, **override: int) -> torch.Tensor:
+    """Per-head queries, keys or values (B, H, length, D // H) of MultiHeadAttention(D, H)."""
+    return x(*{"B": B, "h": H, "L": length, "d_k": D // H, **override}.values())
 
 
 # ------------------------------------------------------- callables: fresh modules, then a method
 
 
-def public(name: str) -> Callable[[Callable], Callable]:
-    """Mark a helper as exercising the public `name` (a method: "Class.method")."""
+def method(name: str, make: Callable[[], object]) -> Callable:
+    """Call the method of `name` ("Class.method") on a fresh `make()` with a row's arguments."""
 
-    def mark(fn: Callable) -> Callable:
-        fn.public_name = name
-        return fn
+    def call(**kwargs):
+        return getattr(make(), name.split(".")[1])(**kwargs)
 
-    return mark
+    call.public_name = name
+    return call
 
 
 def public_name(call: Callable) -> str:
     return getattr(call, "public_name", getattr(call, "__name__", repr(call)))
 
 
-def transformer(**kwargs: object) -> Transformer:
-    config = dict(d_model=D, n_heads=H, n_layers=1, d_ff=FF, dropout=0.0, max_len=8)
-    return Transformer(VOCAB, VOCAB, **{**config, **kwargs})
+def transformer() -> Transformer:
+    return Transformer(VOCAB, VOCAB, D, H, n_layers=1, d_ff=FF, dropout=0.0, max_len=8)
 
 
-@public("MultiHeadAttention.forward")
-def mha_forward(**kwargs):
-    return MultiHeadAttention(D, H)(**kwargs)
-
-
-@public("FeedForward.forward")
-def feed_forward(**kwargs):
-    return FeedForward(D, FF)(**kwargs)
-
-
-@public("EncoderLayer.forward")
-def encoder_layer(norm_first=False, **kwargs):
-    return EncoderLayer(D, H, FF, dropout=0.0, norm_first=norm_first)(**kwargs)
-
-
-@public("DecoderLayer.forward")
-def decoder_layer(norm_first=False, **kwargs):
-    return DecoderLayer(D, H, FF, dropout=0.0, norm_first=norm_first)(**kwargs)
-
-
-@public("Encoder.forward")
-def encoder(**kwargs):
-    return Encoder(2, D, H, FF, dropout=0.0)(**kwargs)
-
-
-@public("Decoder.forward")
-def decoder(**kwargs):
-    return Decoder(2, D, H, FF, dropout=0.0)(**kwargs)
-
-
-@public("Transformer.forward")
-def transformer_forward(**kwargs):
-    return transformer()(**kwargs)
-
-
-@public("Transformer.encode")
-def transformer_encode(**kwargs):
-    return transformer().encode(**kwargs)
-
-
-@public("Transformer.decode")
-def transformer_decode(**kwargs):
-    return transformer().decode(**kwargs)
-
-
-@public("Transformer.source_mask")
-def transformer_source_mask(**kwargs):
-    return transformer().source_mask(**kwargs)
-
-
-@public("Transformer.target_mask")
-def transformer_target_mask(**kwargs):
-    return transformer().target_mask(**kwargs)
-
-
-@public("greedy_decode")
 def greedy(model=None, **kwargs):
     arguments = {"src": tokens(B, S), "max_len": 3, "bos_id": 1, "eos_id": 2, **kwargs}
     return greedy_decode(transformer() if model is None else model, **arguments)
 
 
-@public("PositionalEncoding.forward")
-def positional_forward(learned=False, **kwargs):
-    return PositionalEncoding(D, max_len=8, learned=learned)(**kwargs)
-
-
-@public("PositionalEncoding.encoding")
-def positional_encoding_table(**kwargs):
-    return PositionalEncoding(D, max_len=8).encoding(**kwargs)
-
-
-@public("combine_masks")
 def combine(masks):
     return combine_masks(*masks)  # takes its masks as positional arguments
 
 
-@public("recording_attention")
-def recording(model):
-    with recording_attention(model):
+def recording(**kwargs):
+    with recording_attention(**kwargs):
         pass
 
 
-def scorer_forward(cls: type, *args: object) -> Callable:
-    @public(f"{cls.__name__}.forward")
-    def call(**kwargs):
-        return cls(*args)(**kwargs)
-
-    return call
+def threads(**kwargs):
+    with measure.torch_threads(**kwargs):
+        pass
 
 
-additive_forward = scorer_forward(AdditiveScore, D, D, 4)
-bilinear_forward = scorer_forward(BilinearScore, D, D)
-dot_forward = scorer_forward(DotScore)
-scaled_dot_forward = scorer_forward(ScaledDotScore)
-cosine_forward = scorer_forward(CosineScore)
+greedy.public_name, combine.public_name = "greedy_decode", "combine_masks"
+recording.public_name, threads.public_name = "recording_attention", "torch_threads"
 
 
 def torch_mha(n_heads: int = H) -> nn.MultiheadAttention:
     return nn.MultiheadAttention(D, n_heads, batch_first=True)
 
 
-def torch_encoder_layer(**kwargs: object) -> nn.TransformerEncoderLayer:
-    return nn.TransformerEncoderLayer(
-        D, H, **{"dim_feedforward": FF, "batch_first": True, **kwargs}
-    )
+CAUSAL, LINEAR = causal_mask(T), nn.Linear(D, D)  # no values to draw: built once
 
 
 # -------------------------------------------------------------------------------------- the table
@@ -273,42 +195,18 @@ def rows(call: Callable, base: Callable[[], dict] | None, *cases: tuple) -> None
         ROWS.append(pytest.param(call, build, error, arg, id=f"{public_name(call)}: {bad}"))
 
 
-def nan(*shape: int) -> torch.Tensor:
-    return poisoned(x(*shape), NAN)
-
-
-def inf(*shape: int, sign: float = 1.0) -> torch.Tensor:
-    return poisoned(x(*shape), sign * INF)
-
-
-def f64(*shape: int) -> torch.Tensor:
-    return x(*shape, dtype=torch.float64)
-
-
-def longs(*shape: int) -> torch.Tensor:
-    return torch.ones(*shape, dtype=torch.long)
-
-
-def meta_x(*shape: int) -> torch.Tensor:
-    return meta(x(*shape))
-
-
 # --- masks.py
 rows(
     causal_mask,
     None,
     ("T zero", lambda: {"T": 0}, E, "T"),
-    ("T negative", lambda: {"T": -3}, E, "T"),
     ("T a float", lambda: {"T": 3.0}, TE, "T"),
-    ("T a bool", lambda: {"T": True}, TE, "T"),
-    ("T a tensor", lambda: {"T": torch.tensor(3)}, TE, "T"),
     ("unknown device", lambda: {"T": 3, "device": "gpu0"}, E, "device"),
 )
 rows(
     padding_mask,
     None,
     ("negative length", lambda: {"lengths": [3, -1]}, E, "lengths"),
-    ("negative length tensor", lambda: {"lengths": torch.tensor([-2, 1])}, E, "lengths"),
     ("no sequences", lambda: {"lengths": []}, E, "lengths"),
     ("float lengths", lambda: {"lengths": [2.5, 1]}, TE, "lengths"),
     ("float tensor", lambda: {"lengths": torch.tensor([2.0])}, TE, "lengths"),
@@ -316,7 +214,6 @@ rows(
     ("a string", lambda: {"lengths": "12"}, TE, "lengths"),
     ("max_len too short", lambda: {"lengths": [3, 4], "max_len": 2}, E, "max_len"),
     ("max_len zero", lambda: {"lengths": [0], "max_len": 0}, E, "max_len"),
-    ("max_len negative", lambda: {"lengths": [1], "max_len": -1}, E, "max_len"),
     ("max_len a float", lambda: {"lengths": [1], "max_len": 2.0}, TE, "max_len"),
 )
 rows(
@@ -326,7 +223,6 @@ rows(
     ("rank 1", lambda: {"tokens": tokens(S)}, E, "tokens"),
     ("empty sequence", lambda: {"tokens": tokens(B, 0)}, E, "tokens"),
     ("pad_id a float", lambda: {"pad_id": 0.5}, TE, "pad_id"),
-    ("pad_id a string", lambda: {"pad_id": "0"}, TE, "pad_id"),
 )
 rows(
     combine,
@@ -334,12 +230,7 @@ rows(
     ("a list among the masks", lambda: {"masks": [causal_mask(T), [[True]]]}, TE, r"masks\[1\]"),
     ("float mask first", lambda: {"masks": [torch.ones(T, T), causal_mask(T)]}, TE, r"masks\[0\]"),
     ("no broadcast", lambda: {"masks": [causal_mask(T), bool_mask(S, S)]}, E, r"masks\[1\]"),
-    (
-        "None, then a mask on another device",
-        lambda: {"masks": [None, causal_mask(T), meta(causal_mask(T))]},
-        E,
-        r"masks\[2\]",
-    ),
+    ("another device", lambda: {"masks": [None, CAUSAL, meta(CAUSAL)]}, E, r"masks\[2\]"),
 )
 rows(
     to_torch_mask,
@@ -362,24 +253,22 @@ rows(
     ("integer scores", lambda: {"scores": longs(T, S)}, TE, "scores"),
     ("scores rank 1", lambda: {"scores": x(S)}, E, "scores"),
     ("scores NaN", lambda: {"scores": nan(T, S)}, E, "scores"),
-    ("scores +inf", lambda: {"scores": inf(T, S)}, E, "scores"),
-    ("scores -inf", lambda: {"scores": inf(T, S, sign=-1)}, E, "scores"),
     ("float mask", lambda: {"mask": torch.ones(T, S)}, TE, "mask"),
     ("mask does not broadcast", lambda: {"mask": bool_mask(T, T)}, E, "mask"),
     ("mask on another device", lambda: {"mask": meta(bool_mask(T, S))}, E, "mask"),
 )
+
+
+def qkv() -> dict:
+    return {"q": x(B, T, D), "k": x(B, S, D), "v": x(B, S, D)}
+
+
+# `attention` shares its checks with scaled_dot_product_attention (below): its own is `score`.
 rows(
     attention,
     qkv,
-    ("q not a tensor", lambda: {"q": [[0.0] * D]}, TE, "q"),
-    ("k size d_k differs", lambda: {"k": x(B, S, D + 1)}, E, "k"),
-    ("v length differs from k", lambda: {"v": x(B, S + 1, D)}, E, "v"),
-    ("batches do not broadcast", lambda: {"q": x(3, T, D)}, E, "q, k, v"),
     ("q NaN", lambda: {"q": nan(B, T, D)}, E, "q"),
-    ("float mask", lambda: {"mask": torch.ones(T, S)}, TE, "mask"),
-    ("mask does not broadcast", lambda: {"mask": bool_mask(T, T)}, E, "mask"),
     ("score a string", lambda: {"score": "dot"}, TE, "score"),
-    ("dropout_p 1", lambda: {"dropout_p": 1.0}, E, "dropout_p"),
 )
 rows(
     scaled_dot_product_attention,
@@ -387,28 +276,20 @@ rows(
     ("q not a tensor", lambda: {"q": [[0.0] * D]}, TE, "q"),
     ("q integer", lambda: {"q": longs(B, T, D)}, TE, "q"),
     ("q rank 1", lambda: {"q": x(D)}, E, "q"),
-    ("k float64, q float32", lambda: {"k": f64(B, S, D)}, TE, "k"),
-    ("v float16, q float32", lambda: {"v": x(B, S, D, dtype=torch.float16)}, TE, "k, v"),
+    ("k float64, q float32", lambda: {"k": f64(B, S, D)}, TE, "k, v"),
     ("k size d_k differs", lambda: {"k": x(B, S, D + 1)}, E, "k"),
     ("v length differs from k", lambda: {"v": x(B, S + 1, D)}, E, "v"),
     ("batches do not broadcast", lambda: {"q": x(3, T, D)}, E, "q, k, v"),
     ("empty queries", lambda: {"q": x(B, 0, D)}, E, "q, k"),
-    ("empty keys", lambda: {"k": x(B, 0, D), "v": x(B, 0, D)}, E, "q, k"),
     ("q NaN", lambda: {"q": nan(B, T, D)}, E, "q"),
-    ("k inf", lambda: {"k": inf(B, S, D)}, E, "k"),
-    ("v -inf", lambda: {"v": inf(B, S, D, sign=-1)}, E, "v"),
-    ("k on another device", lambda: {"k": meta_x(B, S, D)}, E, "k"),
-    ("v on another device", lambda: {"v": meta_x(B, S, D)}, E, "v"),
+    ("k on another device", lambda: {"k": meta(x(B, S, D))}, E, "k"),
+    ("v on another device", lambda: {"v": meta(x(B, S, D))}, E, "v"),
     ("float mask", lambda: {"mask": torch.ones(T, S)}, TE, "mask"),
-    ("integer mask", lambda: {"mask": torch.ones(T, S, dtype=torch.int8)}, TE, "mask"),
-    ("mask does not broadcast", lambda: {"mask": bool_mask(T, T)}, E, "mask"),
     ("mask enlarges the output", lambda: {"mask": bool_mask(2, B, T, S)}, E, "mask"),
     ("mask on another device", lambda: {"mask": meta(bool_mask(T, S))}, E, "mask"),
     ("scale zero", lambda: {"scale": 0.0}, E, "scale"),
-    ("scale NaN", lambda: {"scale": NAN}, E, "scale"),
     ("scale a string", lambda: {"scale": "0.5"}, TE, "scale"),
     ("dropout_p 1", lambda: {"dropout_p": 1.0}, E, "dropout_p"),
-    ("dropout_p NaN", lambda: {"dropout_p": NAN}, E, "dropout_p"),
 )
 rows(
     MultiHeadAttention,
@@ -416,84 +297,58 @@ rows(
     ("n_heads does not divide d_model", lambda: {"d_model": 10, "n_heads": 3}, E, "n_heads"),
     ("n_heads zero", lambda: {"n_heads": 0}, E, "n_heads"),
     ("n_heads a float", lambda: {"n_heads": 2.0}, TE, "n_heads"),
-    ("d_model negative", lambda: {"d_model": -D}, E, "d_model"),
     ("dropout 1", lambda: {"dropout": 1.0}, E, "dropout"),
     ("scale negative", lambda: {"scale": -1.0}, E, "scale"),
     ("score a string", lambda: {"score": "dot"}, TE, "score"),
 )
-
-
-def heads(length: int = T, **override: int) -> torch.Tensor:
-    """Per-head queries, keys or values (B, H, length, D // H) of MultiHeadAttention(D, H)."""
-    shape = {"B": B, "h": H, "L": length, "d_k": D // H, **override}
-    return x(*shape.values())
-
-
-@public("MultiHeadAttention.attend")
-def mha_attend(**kwargs: object) -> object:
-    return MultiHeadAttention(D, H).attend(**kwargs)
-
-
 rows(
-    mha_attend,
+    method("MultiHeadAttention.attend", lambda: MultiHeadAttention(D, H)),
     lambda: {"q": heads(T), "k": heads(S), "v": heads(S)},
-    ("q not a tensor", lambda: {"q": [[0.0]]}, TE, "q"),
     ("q rank 3", lambda: {"q": x(B, T, D)}, E, "q"),
     ("k with another number of heads", lambda: {"k": heads(S, h=H + 1)}, E, "k"),
     ("v with another d_k", lambda: {"v": heads(S, d_k=D)}, E, "v"),
     ("q float64", lambda: {"q": heads(T).double()}, TE, "q"),
-    ("k NaN", lambda: {"k": poisoned(heads(S), NAN)}, E, "k"),
-    ("v length differs from k", lambda: {"v": heads(S + 1)}, E, "v"),
-    ("mask does not broadcast", lambda: {"mask": bool_mask(T, T)}, E, "mask"),
+    ("k NaN", lambda: {"k": heads(S) * NAN}, E, "k"),
 )
 rows(
-    mha_forward,
-    attention_inputs,
+    method("MultiHeadAttention.forward", lambda: MultiHeadAttention(D, H)),
+    lambda: {"query": x(B, T, D), "key": x(B, S, D), "value": x(B, S, D)},
     ("query not a tensor", lambda: {"query": [[0.0] * D]}, TE, "query"),
     ("query rank 2", lambda: {"query": x(T, D)}, E, "query"),
-    ("key rank 4", lambda: {"key": x(B, 1, S, D)}, E, "key"),
     ("query size != d_model", lambda: {"query": x(B, T, D + 2)}, E, "query"),
     ("key batch differs", lambda: {"key": x(B + 1, S, D)}, E, "key"),
     ("value length differs", lambda: {"value": x(B, S + 1, D)}, E, "value"),
     ("empty query", lambda: {"query": x(B, 0, D)}, E, "query"),
-    ("empty key", lambda: {"key": x(B, 0, D), "value": x(B, 0, D)}, E, "key"),
     ("query integer", lambda: {"query": longs(B, T, D)}, TE, "query"),
     ("query float64, module float32", lambda: {"query": f64(B, T, D)}, TE, "query"),
-    ("value bfloat16", lambda: {"value": x(B, S, D, dtype=torch.bfloat16)}, TE, "value"),
     ("query NaN", lambda: {"query": nan(B, T, D)}, E, "query"),
-    ("key inf", lambda: {"key": inf(B, S, D)}, E, "key"),
-    ("value NaN, fused", lambda: {"value": nan(B, S, D), "need_weights": False}, E, "value"),
-    ("query on another device", lambda: {"query": meta_x(B, T, D)}, E, "query"),
+    ("key NaN (cross-attention)", lambda: {"key": nan(B, S, D)}, E, "key"),
+    ("query on another device", lambda: {"query": meta(x(B, T, D))}, E, "query"),
     ("float mask", lambda: {"mask": torch.ones(T, S)}, TE, "mask"),
-    ("mask does not broadcast", lambda: {"mask": bool_mask(T, T)}, E, "mask"),
     ("mask has 3 heads, module 2", lambda: {"mask": bool_mask(B, 3, T, S)}, E, "mask"),
-    ("mask rank 5", lambda: {"mask": bool_mask(1, B, H, T, S)}, E, "mask"),
-    (
-        "mask on another device, fused",
-        lambda: {"mask": meta(bool_mask(T, S)), "need_weights": False},
-        E,
-        "mask",
-    ),
+    ("mask on another device", lambda: {"mask": meta(bool_mask(T, S))}, E, "mask"),
 )
-rows(recording, None, ("model a function", lambda: {"model": lambda z: z}, TE, "model"))
+rows(
+    recording,
+    lambda: {"model": MultiHeadAttention(D, H)},
+    ("model a function", lambda: {"model": lambda z: z}, TE, "model"),
+    ("unknown what", lambda: {"what": "outputs"}, E, "what"),
+    ("what an int", lambda: {"what": 1}, TE, "what"),
+)
 rows(
     split_heads,
     lambda: {"x": x(B, T, D), "n_heads": H},
     ("x rank 4", lambda: {"x": x(B, H, T, D)}, E, "x"),
-    ("x not a tensor", lambda: {"x": [[0.0] * D]}, TE, "x"),
     ("n_heads does not divide d_model", lambda: {"n_heads": 3}, E, "n_heads"),
     ("n_heads zero", lambda: {"n_heads": 0}, E, "n_heads"),
 )
 rows(merge_heads, None, ("x rank 3", lambda: {"x": x(B, T, D)}, E, "x"))
 
-# --- layers.py
+# --- layers.py (n_heads, d_ff, activation and attn_score reach MultiHeadAttention, FeedForward and
+# resolve_scorer, whose rows are above and below: the layers check only their own arguments)
 rows(
     make_attention,
     lambda: {"d_model": D, "n_heads": H},
-    ("n_heads does not divide d_model", lambda: {"n_heads": 3}, E, "n_heads"),
-    ("unknown scorer", lambda: {"attn_score": "dotty"}, E, "attn_score"),
-    ("scorer an int", lambda: {"attn_score": 3}, TE, "attn_score"),
-    ("factory returns no module", lambda: {"attn_score": lambda d_k: d_k}, TE, "attn_score"),
     ("attn_scale negative", lambda: {"attn_scale": -1.0}, E, "attn_scale"),
     ("attn_scale a string", lambda: {"attn_scale": "1"}, TE, "attn_scale"),
 )
@@ -501,98 +356,79 @@ rows(
     FeedForward,
     lambda: {"d_model": D, "d_ff": FF},
     ("d_ff zero", lambda: {"d_ff": 0}, E, "d_ff"),
-    ("d_model negative", lambda: {"d_model": -1}, E, "d_model"),
     ("unknown activation", lambda: {"activation": "tanh"}, E, "activation"),
     ("activation an int", lambda: {"activation": 3}, TE, "activation"),
     ("dropout 2", lambda: {"dropout": 2.0}, E, "dropout"),
 )
 rows(
-    feed_forward,
+    method("FeedForward.forward", lambda: FeedForward(D, FF)),
     None,
-    ("x not a tensor", lambda: {"x": [0.0] * D}, TE, "x"),
     ("x rank 0", lambda: {"x": torch.tensor(1.0)}, E, "x"),
     ("x integer", lambda: {"x": longs(B, T, D)}, TE, "x"),
     ("x size != d_model", lambda: {"x": x(B, T, D + 1)}, E, "x"),
     ("x float64, module float32", lambda: {"x": f64(B, T, D)}, TE, "x"),
     ("x NaN", lambda: {"x": nan(B, T, D)}, E, "x"),
-    ("x on another device", lambda: {"x": meta_x(B, T, D)}, E, "x"),
+    ("x on another device", lambda: {"x": meta(x(B, T, D))}, E, "x"),
 )
 for layer in (EncoderLayer, DecoderLayer):
     rows(
         layer,
         lambda: {"d_model": D, "n_heads": H, "d_ff": FF},
-        ("n_heads does not divide d_model", lambda: {"n_heads": 3}, E, "n_heads"),
-        ("d_ff negative", lambda: {"d_ff": -1}, E, "d_ff"),
         ("dropout negative", lambda: {"dropout": -0.1}, E, "dropout"),
         ("layer_norm_eps negative", lambda: {"layer_norm_eps": -1e-5}, E, "layer_norm_eps"),
-        ("unknown attn_score", lambda: {"attn_score": "x"}, E, "attn_score"),
-        ("attn_scale zero", lambda: {"attn_scale": 0.0}, E, "attn_scale"),
     )
 rows(
-    encoder_layer,
+    method("EncoderLayer.forward", lambda: EncoderLayer(D, H, FF, dropout=0.0)),
     lambda: {"x": x(B, T, D)},
     ("x rank 2", lambda: {"x": x(T, D)}, E, "x"),
     ("x size != d_model", lambda: {"x": x(B, T, D - 1)}, E, "x"),
     ("x empty", lambda: {"x": x(B, 0, D)}, E, "x"),
-    ("x inf", lambda: {"x": inf(B, T, D)}, E, "x"),
+    ("x NaN", lambda: {"x": nan(B, T, D)}, E, "x"),
     ("x float64, module float32", lambda: {"x": f64(B, T, D)}, TE, "x"),
-    ("x float64, pre-LN", lambda: {"x": f64(B, T, D), "norm_first": True}, TE, "x"),
-    ("x on another device, pre-LN", lambda: {"x": meta_x(B, T, D), "norm_first": True}, E, "x"),
+    ("x on another device", lambda: {"x": meta(x(B, T, D))}, E, "x"),
     ("float mask", lambda: {"mask": torch.ones(T, T)}, TE, "mask"),
     ("mask T x S", lambda: {"mask": bool_mask(T, S)}, E, "mask"),
     ("mask on another device", lambda: {"mask": meta(causal_mask(T))}, E, "mask"),
 )
+
+
+def y_memory() -> dict:
+    return {"y": x(B, T, D), "memory": x(B, S, D)}
+
+
 rows(
-    decoder_layer,
-    decoder_inputs,
+    method("DecoderLayer.forward", lambda: DecoderLayer(D, H, FF, dropout=0.0)),
+    y_memory,
     ("y rank 4", lambda: {"y": x(B, 1, T, D)}, E, "y"),
+    ("y empty", lambda: {"y": x(B, 0, D)}, E, "y"),
+    ("y NaN", lambda: {"y": nan(B, T, D)}, E, "y"),
     ("memory not a tensor", lambda: {"memory": "memory"}, TE, "memory"),
     ("memory size != d_model", lambda: {"memory": x(B, S, 2 * D)}, E, "memory"),
     ("memory batch differs", lambda: {"memory": x(B + 1, S, D)}, E, "memory"),
-    ("y empty", lambda: {"y": x(B, 0, D)}, E, "y"),
-    ("memory empty", lambda: {"memory": x(B, 0, D)}, E, "memory"),
-    ("y NaN", lambda: {"y": nan(B, T, D)}, E, "y"),
-    (
-        "memory -inf, pre-LN",
-        lambda: {"memory": inf(B, S, D, sign=-1), "norm_first": True},
-        E,
-        "memory",
-    ),
     ("memory float64, module float32", lambda: {"memory": f64(B, S, D)}, TE, "memory"),
-    ("memory on another device", lambda: {"memory": meta_x(B, S, D)}, E, "memory"),
+    ("memory on another device", lambda: {"memory": meta(x(B, S, D))}, E, "memory"),
     ("integer self_mask", lambda: {"self_mask": longs(T, T)}, TE, "self_mask"),
     ("self_mask T x S", lambda: {"self_mask": bool_mask(T, S)}, E, "self_mask"),
     ("memory_mask T x T", lambda: {"memory_mask": bool_mask(T, T)}, E, "memory_mask"),
-    ("memory_mask batch differs", lambda: {"memory_mask": padding_mask([S] * 3)}, E, "memory_mask"),
-    (
-        "memory_mask on another device",
-        lambda: {"memory_mask": meta(padding_mask([S] * B))},
-        E,
-        "memory_mask",
-    ),
+    ("memory_mask elsewhere", lambda: {"memory_mask": meta(bool_mask(S))}, E, "memory_mask"),
 )
 
-# --- model.py
+# --- model.py (the stacks check their input with their first layer's check)
 for stack in (Encoder, Decoder):
     rows(
         stack,
-        lambda: {"n_layers": 1, "d_model": D, "n_heads": H, "d_ff": FF},
+        lambda: {"d_model": D, "n_heads": H, "d_ff": FF},
         ("n_layers zero", lambda: {"n_layers": 0}, E, "n_layers"),
-        ("n_layers negative", lambda: {"n_layers": -1}, E, "n_layers"),
-        ("n_heads does not divide d_model", lambda: {"n_heads": 3}, E, "n_heads"),
     )
 rows(
-    encoder,
+    method("Encoder.forward", lambda: Encoder(2, D, H, FF, dropout=0.0)),
     lambda: {"x": x(B, T, D)},
-    ("x rank 2", lambda: {"x": x(T, D)}, E, "x"),
     ("x NaN", lambda: {"x": nan(B, T, D)}, E, "x"),
-    ("x empty", lambda: {"x": x(B, 0, D)}, E, "x"),
     ("mask non-boolean", lambda: {"mask": torch.ones(B, 1, 1, T)}, TE, "mask"),
 )
 rows(
-    decoder,
-    decoder_inputs,
-    ("y size != d_model", lambda: {"y": x(B, T, D + 1)}, E, "y"),
+    method("Decoder.forward", lambda: Decoder(2, D, H, FF, dropout=0.0)),
+    y_memory,
     ("memory NaN", lambda: {"memory": nan(B, S, D)}, E, "memory"),
     ("memory_mask T keys", lambda: {"memory_mask": bool_mask(B, 1, 1, T)}, E, "memory_mask"),
 )
@@ -601,10 +437,8 @@ rows(
     lambda: {"src_vocab": VOCAB, "tgt_vocab": VOCAB},
     ("src_vocab zero", lambda: {"src_vocab": 0}, E, "src_vocab"),
     ("tgt_vocab a float", lambda: {"tgt_vocab": 11.0}, TE, "tgt_vocab"),
-    ("n_heads does not divide d_model", lambda: {"d_model": 64, "n_heads": 5}, E, "n_heads"),
     ("max_len zero", lambda: {"max_len": 0}, E, "max_len"),
     ("pad_id outside the vocabulary", lambda: {"pad_id": VOCAB}, E, "pad_id"),
-    ("pad_id negative", lambda: {"pad_id": -1}, E, "pad_id"),
     ("pad_id a float", lambda: {"pad_id": 0.0}, TE, "pad_id"),
     (
         "shared embeddings, vocabularies differ",
@@ -612,22 +446,15 @@ rows(
         E,
         "share_embeddings",
     ),
-    ("n_layers negative", lambda: {"n_layers": -1}, E, "n_layers"),
     ("n_encoder_layers zero", lambda: {"n_encoder_layers": 0}, E, "n_encoder_layers"),
     ("n_decoder_layers a float", lambda: {"n_decoder_layers": 1.5}, TE, "n_decoder_layers"),
-    ("d_ff zero", lambda: {"d_ff": 0}, E, "d_ff"),
-    ("layer_norm_eps zero", lambda: {"layer_norm_eps": 0.0}, E, "layer_norm_eps"),
-    ("attn_scale NaN", lambda: {"attn_scale": NAN}, E, "attn_scale"),
 )
 rows(
-    transformer_forward,
+    method("Transformer.forward", transformer),
     lambda: {"src": tokens(B, S), "tgt": tokens(B, T)},
     ("src float", lambda: {"src": x(B, S)}, TE, "src"),
     ("src rank 1", lambda: {"src": tokens(S)}, E, "src"),
-    ("src boolean", lambda: {"src": bool_mask(B, S)}, TE, "src"),
     ("src empty", lambda: {"src": tokens(B, 0)}, E, "src"),
-    ("tgt empty", lambda: {"tgt": tokens(B, 0)}, E, "tgt"),
-    ("tgt rank 3", lambda: {"tgt": tokens(B, T, 1)}, E, "tgt"),
     ("src id >= src_vocab", lambda: {"src": tokens(B, S) + VOCAB}, E, "src"),
     ("tgt id negative", lambda: {"tgt": -tokens(B, T)}, E, "tgt"),
     ("src longer than max_len", lambda: {"src": tokens(B, 9)}, E, "src"),
@@ -635,96 +462,60 @@ rows(
     ("src on another device", lambda: {"src": meta(tokens(B, S))}, E, "src"),
 )
 rows(
-    transformer_encode,
+    method("Transformer.encode", transformer),
     lambda: {"src": tokens(B, S)},
     ("float src_mask", lambda: {"src_mask": torch.ones(B, 1, 1, S)}, TE, "src_mask"),
     ("src_mask does not broadcast", lambda: {"src_mask": bool_mask(B, 1, 1, T)}, E, "src_mask"),
-    ("src_mask on another device", lambda: {"src_mask": meta(bool_mask(S, S))}, E, "src_mask"),
 )
 rows(
-    transformer_decode,
+    method("Transformer.decode", transformer),
     lambda: {"tgt": tokens(B, T), "memory": x(B, S, D)},
-    ("tgt float", lambda: {"tgt": x(B, T)}, TE, "tgt"),
     ("memory rank 2", lambda: {"memory": x(S, D)}, E, "memory"),
     ("memory batch differs", lambda: {"memory": x(B + 1, S, D)}, E, "memory"),
     ("memory NaN", lambda: {"memory": nan(B, S, D)}, E, "memory"),
     ("memory float64, model float32", lambda: {"memory": f64(B, S, D)}, TE, "memory"),
-    ("memory on another device", lambda: {"memory": meta_x(B, S, D)}, E, "memory"),
+    ("memory on another device", lambda: {"memory": meta(x(B, S, D))}, E, "memory"),
     ("float memory_mask", lambda: {"memory_mask": torch.ones(B, 1, 1, S)}, TE, "memory_mask"),
 )
-rows(transformer_source_mask, None, ("src float", lambda: {"src": x(B, S)}, TE, "src"))
-rows(transformer_target_mask, None, ("tgt rank 1", lambda: {"tgt": tokens(T)}, E, "tgt"))
+rows(
+    method("Transformer.source_mask", transformer),
+    None,
+    ("src float", lambda: {"src": x(B, S)}, TE, "src"),
+)
+rows(
+    method("Transformer.target_mask", transformer),
+    None,
+    ("tgt rank 1", lambda: {"tgt": tokens(T)}, E, "tgt"),
+)
 rows(
     greedy,
     None,
     ("model not a Transformer", lambda: {"model": MultiHeadAttention(D, H)}, TE, "model"),
     ("max_len zero", lambda: {"max_len": 0}, E, "max_len"),
-    ("max_len negative", lambda: {"max_len": -1}, E, "max_len"),
     ("max_len beyond the position table", lambda: {"max_len": 8}, E, "max_len"),
     ("bos_id is the padding", lambda: {"bos_id": 0}, E, "bos_id"),
     ("bos_id a float", lambda: {"bos_id": 1.0}, TE, "bos_id"),
     ("eos_id outside the vocabulary", lambda: {"eos_id": VOCAB}, E, "eos_id"),
     ("src float", lambda: {"src": x(B, S)}, TE, "src"),
-    ("src empty", lambda: {"src": tokens(B, 0)}, E, "src"),
 )
 rows(count_parameters, None, ("not a module", lambda: {"module": "model"}, TE, "module"))
 
-# --- interop.py
+# --- interop.py (test_interop.py checks every mismatch load_from_torch refuses, message and all)
 rows(
     load_from_torch,
     None,
-    (
-        "theirs not supported",
-        lambda: {"ours": FeedForward(D, FF), "theirs": nn.Linear(D, D)},
-        TE,
-        "theirs",
-    ),
-    (
-        "ours of the wrong type",
-        lambda: {"ours": FeedForward(D, FF), "theirs": torch_mha()},
-        TE,
-        "ours",
-    ),
+    ("theirs not supported", lambda: {"ours": FeedForward(D, FF), "theirs": LINEAR}, TE, "theirs"),
     (
         "n_heads differ",
         lambda: {"ours": MultiHeadAttention(D, H), "theirs": torch_mha(4)},
         E,
         "theirs",
     ),
-    (
-        "d_ff differs",
-        lambda: {"ours": EncoderLayer(D, H, 2 * FF), "theirs": torch_encoder_layer()},
-        E,
-        "theirs",
-    ),
-    (
-        "norm_first differs",
-        lambda: {"ours": EncoderLayer(D, H, FF), "theirs": torch_encoder_layer(norm_first=True)},
-        E,
-        "theirs",
-    ),
-    (
-        "activation differs",
-        lambda: {"ours": EncoderLayer(D, H, FF), "theirs": torch_encoder_layer(activation="gelu")},
-        E,
-        "theirs",
-    ),
-    (
-        "custom scale in ours",
-        lambda: {"ours": MultiHeadAttention(D, H, scale=1.0), "theirs": torch_mha()},
-        E,
-        "ours",
-    ),
 )
 rows(
     gradients_from_torch,
     None,
-    (
-        "theirs not supported",
-        lambda: {"ours": FeedForward(D, FF), "theirs": nn.Linear(D, D)},
-        TE,
-        "theirs",
-    ),
+    ("theirs not supported", lambda: {"ours": FeedForward(D, FF), "theirs": LINEAR}, TE, "theirs"),
 )
 
 # --- positional.py
@@ -732,12 +523,10 @@ rows(
     sinusoidal_encoding,
     lambda: {"length": 4, "d_model": D},
     ("length zero", lambda: {"length": 0}, E, "length"),
-    ("length negative", lambda: {"length": -4}, E, "length"),
     ("length a float", lambda: {"length": 4.0}, TE, "length"),
     ("d_model odd", lambda: {"d_model": 7}, E, "d_model"),
     ("unknown layout", lambda: {"layout": "paired"}, E, "layout"),
     ("base negative", lambda: {"base": -10.0}, E, "base"),
-    ("base inf", lambda: {"base": INF}, E, "base"),
     ("integer dtype", lambda: {"dtype": torch.long}, TE, "dtype"),
 )
 rows(
@@ -751,7 +540,6 @@ rows(
     shift_matrix,
     lambda: {"offset": 1, "d_model": D},
     ("offset NaN", lambda: {"offset": NAN}, E, "offset"),
-    ("offset -inf", lambda: {"offset": -INF}, E, "offset"),
     ("offset a string", lambda: {"offset": "1"}, TE, "offset"),
     ("d_model odd", lambda: {"d_model": 5}, E, "d_model"),
     ("base zero", lambda: {"base": 0.0}, E, "base"),
@@ -765,54 +553,56 @@ rows(
     ("dropout 1", lambda: {"dropout": 1.0}, E, "dropout"),
 )
 rows(
-    positional_forward,
+    method("PositionalEncoding.forward", lambda: PositionalEncoding(D, max_len=8)),
     None,
     ("x rank 2", lambda: {"x": x(T, D)}, E, "x"),
     ("x integer", lambda: {"x": longs(B, T, D)}, TE, "x"),
     ("x size != d_model", lambda: {"x": x(B, T, D + 2)}, E, "x"),
     ("x longer than max_len", lambda: {"x": x(B, 9, D)}, E, "x"),
     ("x NaN", lambda: {"x": nan(B, T, D)}, E, "x"),
-    ("x inf, learned", lambda: {"x": inf(B, T, D), "learned": True}, E, "x"),
-    ("x on another device", lambda: {"x": meta_x(B, T, D)}, E, "x"),
+    ("x on another device", lambda: {"x": meta(x(B, T, D))}, E, "x"),
 )
 rows(
-    positional_encoding_table,
+    method("PositionalEncoding.encoding", lambda: PositionalEncoding(D, max_len=8)),
     None,
     ("length zero", lambda: {"length": 0}, E, "length"),
     ("length beyond max_len", lambda: {"length": 9}, E, "length"),
 )
 
-# --- scoring.py
-SCORE_CASES = (
+
+# --- scoring.py (the dot-product scorers share check_query_key, fed every kind of bad input once
+# through dot_score; the other doors get one row each)
+def qk() -> dict:
+    return {"q": x(T, D), "k": x(S, D)}
+
+
+rows(
+    dot_score,
+    qk,
     ("q rank 1", lambda: {"q": x(D)}, E, "q"),
     ("k integer", lambda: {"k": longs(S, D)}, TE, "k"),
     ("k float64, q float32", lambda: {"k": f64(S, D)}, TE, "k"),
     ("k size differs", lambda: {"k": x(S, D + 1)}, E, "k"),
     ("batches do not broadcast", lambda: {"q": x(2, T, D), "k": x(3, S, D)}, E, "k"),
     ("q NaN", lambda: {"q": nan(T, D)}, E, "q"),
-    ("k inf", lambda: {"k": inf(S, D)}, E, "k"),
-    ("k on another device", lambda: {"k": meta_x(S, D)}, E, "k"),
+    ("k on another device", lambda: {"k": meta(x(S, D))}, E, "k"),
 )
-for score in (
-    dot_score,
-    scaled_dot_score,
-    cosine_score,
-    dot_forward,
-    scaled_dot_forward,
-    cosine_forward,
-):
-    rows(score, lambda: {"q": x(T, D), "k": x(S, D)}, *SCORE_CASES)
 rows(
     scaled_dot_score,
-    lambda: {"q": x(T, D), "k": x(S, D)},
+    qk,
+    ("k size differs", lambda: {"k": x(S, D + 1)}, E, "k"),
     ("scale negative", lambda: {"scale": -1.0}, E, "scale"),
 )
 rows(
     cosine_score,
-    lambda: {"q": x(T, D), "k": x(S, D)},
+    qk,
+    ("q NaN", lambda: {"q": nan(T, D)}, E, "q"),
     ("temperature zero", lambda: {"temperature": 0.0}, E, "temperature"),
+    ("temperature a string", lambda: {"temperature": "0.1"}, TE, "temperature"),
     ("eps NaN", lambda: {"eps": NAN}, E, "eps"),
 )
+for cls in (DotScore, ScaledDotScore, CosineScore):
+    rows(method(f"{cls.__name__}.forward", cls), qk, ("q rank 1", lambda: {"q": x(D)}, E, "q"))
 rows(ScaledDotScore, None, ("scale a bool", lambda: {"scale": True}, TE, "scale"))
 rows(CosineScore, None, ("temperature inf", lambda: {"temperature": INF}, E, "temperature"))
 rows(
@@ -822,14 +612,15 @@ rows(
     ("d_q a float", lambda: {"d_q": 8.0}, TE, "d_q"),
 )
 rows(BilinearScore, None, ("d_k zero", lambda: {"d_q": D, "d_k": 0}, E, "d_k"))
-for score in (additive_forward, bilinear_forward):
+for learned in (lambda: AdditiveScore(D, D, 4), lambda: BilinearScore(D, D)):
     rows(
-        score,
-        lambda: {"q": x(T, D), "k": x(S, D)},
+        method(f"{type(learned()).__name__}.forward", learned),
+        qk,
         ("q size != d_q", lambda: {"q": x(T, D + 1)}, E, "q"),
+        ("k size != d_k", lambda: {"k": x(S, D - 1)}, E, "k"),
         ("q, k float64, module float32", lambda: {"q": f64(T, D), "k": f64(S, D)}, TE, "q"),
         ("q NaN", lambda: {"q": nan(T, D)}, E, "q"),
-        ("q, k on another device", lambda: {"q": meta_x(T, D), "k": meta_x(S, D)}, E, "q"),
+        ("q, k on another device", lambda: {"q": meta(x(T, D)), "k": meta(x(S, D))}, E, "q"),
     )
 rows(
     resolve_scorer,
@@ -843,30 +634,18 @@ rows(
     lambda: {"name": "dot", "d_k": D},
     ("unknown name", lambda: {"name": "dotty"}, E, "name"),
     ("d_k zero", lambda: {"d_k": 0}, E, "d_k"),
-    ("d_hidden negative", lambda: {"name": "additive", "d_hidden": -2}, E, "d_hidden"),
 )
 rows(
     scoring_cost,
     lambda: {"name": "dot", "T": T, "S": S, "d": D},
     ("unknown name", lambda: {"name": "dotty"}, E, "name"),
     ("T negative", lambda: {"T": -1}, E, "T"),
-    ("S zero", lambda: {"S": 0}, E, "S"),
     ("d a float", lambda: {"d": 8.0}, TE, "d"),
 )
 
-
 # --- measure.py
-def threads(**kwargs):
-    with measure.torch_threads(**kwargs):
-        pass
-
-
-threads.public_name = "torch_threads"
 rows(
-    threads,
-    None,
-    ("n zero", lambda: {"n": 0}, E, "n"),
-    ("n a float", lambda: {"n": 1.5}, TE, "n"),
+    threads, None, ("n zero", lambda: {"n": 0}, E, "n"), ("n a float", lambda: {"n": 1.5}, TE, "n")
 )
 rows(
     measure.best_time,
@@ -893,10 +672,8 @@ rows(
     None,
     ("unknown rule", lambda: {"rule": "shuffle"}, E, "rule"),
     ("min_len zero", lambda: {"min_len": 0}, E, "min_len"),
-    ("max_len negative", lambda: {"max_len": -1}, E, "max_len"),
     ("min_len above max_len", lambda: {"min_len": 5, "max_len": 3}, E, "min_len"),
     ("n_digits a float", lambda: {"n_digits": 2.5}, TE, "n_digits"),
-    ("n_digits zero", lambda: {"n_digits": 0}, E, "n_digits"),
 )
 
 
@@ -910,9 +687,11 @@ def test_bad_input_raises_an_error_naming_the_argument(call, kwargs, error, arg)
         call(**arguments)
     message = str(caught.value)
     # "<arg>: expected ..., got ...": the argument first (not a longer name that starts the same),
-    # then what came. A torch error from deep inside never starts with the argument's name.
+    # then what was expected, then what came. A torch error from deep inside never starts with the
+    # argument's name.
     assert re.match(rf"{arg}(?!\w)", message), f"message does not start with {arg!r}: {message!r}"
-    assert re.search(r"\bgot\b", message), f"message does not say what came: {message!r}"
+    said = re.search(r"\b(expected|must|needs)\b.*\bgot\b", message, re.S)
+    assert said, f"message does not say what was expected and what came: {message!r}"
 
 
 def _public_names() -> set[str]:

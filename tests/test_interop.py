@@ -5,12 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from torch_reference import assert_matches_torch
 
 from transformer_course.attention import MultiHeadAttention
 from transformer_course.interop import gradients_from_torch, load_from_torch
-from transformer_course.layers import DecoderLayer, EncoderLayer
-from transformer_course.masks import padding_mask, to_key_padding_mask
+from transformer_course.layers import EncoderLayer
 from transformer_course.model import Decoder, Encoder, Transformer
 
 D_MODEL, N_HEADS, D_FF = 16, 4, 32
@@ -37,41 +35,19 @@ def _their_decoder_layer(**kwargs) -> nn.TransformerDecoderLayer:
     return nn.TransformerDecoderLayer(**{**args, **kwargs})
 
 
-# ---------------------------------------------------------------------------------------------
-# nn.MultiheadAttention
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- nn.MultiheadAttention
 
 
 @pytest.mark.parametrize("bias", [True, False])
-def test_multihead_attention_weights_and_outputs_match_torch(bias):
-    theirs = nn.MultiheadAttention(D_MODEL, N_HEADS, bias=bias, batch_first=True).eval()
-    ours = load_from_torch(MultiHeadAttention(D_MODEL, N_HEADS, bias=bias), theirs).eval()
-    # in_proj_weight stacks W^Q, W^K, W^V row-wise.
-    d = D_MODEL
-    assert torch.equal(ours.q_proj.weight, theirs.in_proj_weight[:d])
-    assert torch.equal(ours.k_proj.weight, theirs.in_proj_weight[d : 2 * d])
-    assert torch.equal(ours.v_proj.weight, theirs.in_proj_weight[2 * d :])
+def test_multihead_attention_weights_go_to_their_projections(bias):
+    """in_proj_weight stacks W^Q, W^K, W^V row-wise (test_attention compares the outputs)."""
+    theirs = nn.MultiheadAttention(D_MODEL, N_HEADS, bias=bias, batch_first=True)
+    ours = load_from_torch(MultiHeadAttention(D_MODEL, N_HEADS, bias=bias), theirs)
+    for i, proj in enumerate((ours.q_proj, ours.k_proj, ours.v_proj)):
+        rows = slice(i * D_MODEL, (i + 1) * D_MODEL)
+        assert torch.equal(proj.weight, theirs.in_proj_weight[rows])
+        assert not bias or torch.equal(proj.bias, theirs.in_proj_bias[rows])
     assert torch.equal(ours.out_proj.weight, theirs.out_proj.weight)
-    if bias:
-        assert torch.equal(ours.v_proj.bias, theirs.in_proj_bias[2 * d :])
-    mask = padding_mask([S, 2, 5], max_len=S)  # (B, 1, 1, S)
-    kpm = to_key_padding_mask(mask)
-    query, memory = torch.randn(B, T, D_MODEL), torch.randn(B, S, D_MODEL)
-    with torch.no_grad():
-        out, weights = ours(query, memory, memory, mask=mask)
-        out_t, weights_t = theirs(
-            query, memory, memory, key_padding_mask=kpm, average_attn_weights=False
-        )
-    torch.testing.assert_close(weights, weights_t, rtol=1e-5, atol=1e-6)
-    assert_matches_torch(
-        ours,
-        theirs,
-        lambda q, kv: ours(q, kv, kv, mask=mask, need_weights=False)[0],
-        lambda q, kv: theirs(q, kv, kv, key_padding_mask=kpm, need_weights=False)[0],
-        [query, memory],
-    )
-    assert torch.equal(out, ours(query, memory, memory, mask=mask)[0].detach())
-    torch.testing.assert_close(out, out_t, rtol=1e-5, atol=1e-5)
 
 
 def test_load_returns_ours_and_copies_values_not_storage():
@@ -114,9 +90,7 @@ def test_gradients_from_torch_names_only_what_was_loaded():
     assert all(p.grad is None for p in ours.parameters())  # ours untouched
 
 
-# ---------------------------------------------------------------------------------------------
-# Errors: wrong types (TypeError) and mismatched sizes or options (ValueError)
-# ---------------------------------------------------------------------------------------------
+# -------------------- Errors: wrong types (TypeError) and mismatched sizes or options (ValueError)
 
 
 @pytest.mark.parametrize(
@@ -127,7 +101,6 @@ def test_gradients_from_torch_names_only_what_was_loaded():
             nn.Linear(2, 2),
             r"^theirs: expected one of .*got Linear",
         ),
-        (EncoderLayer(D_MODEL, N_HEADS, D_FF), "weights.pt", "^theirs:"),
         (
             MultiHeadAttention(D_MODEL, N_HEADS),
             _their_encoder_layer(),
@@ -235,26 +208,9 @@ def _stack(cls, n_layers=2, **kwargs):
             "^theirs.self_attn: expected n_heads=4 as in ours, got n_heads=8",
         ),
         (
-            DecoderLayer(D_MODEL, N_HEADS, D_FF),
-            _their_decoder_layer(d_model=32),
-            "^theirs.self_attn: expected d_model=16 as in ours, got d_model=32",
-        ),
-        (
-            DecoderLayer(D_MODEL, N_HEADS, D_FF, bias=False),
-            _their_decoder_layer(),
-            "^theirs.self_attn: expected bias=False as in ours, got bias=True",
-        ),
-        (
             _stack(Encoder, 2),
             nn.TransformerEncoder(_their_encoder_layer(), 3, enable_nested_tensor=False),
             "^theirs: expected n_layers=2 as in ours, got n_layers=3",
-        ),
-        (
-            _stack(Encoder, 2),
-            nn.TransformerEncoder(
-                _their_encoder_layer(), 2, nn.LayerNorm(D_MODEL), enable_nested_tensor=False
-            ),
-            "^theirs: expected final_norm=False as in ours, got final_norm=True",
         ),
         (
             _stack(Decoder, 2, final_norm=True),
@@ -265,11 +221,6 @@ def _stack(cls, n_layers=2, **kwargs):
             _stack(Decoder, 1, norm_first=True),
             nn.TransformerDecoder(_their_decoder_layer(), 1),
             r"^theirs.layers\[0\]: expected norm_first=True as in ours, got norm_first=False",
-        ),
-        (
-            Transformer(11, 13, D_MODEL, N_HEADS, 2, D_FF),
-            _their_transformer(2, 2),
-            "^theirs.encoder: expected final_norm=False as in ours, got final_norm=True",
         ),
         (
             Transformer(11, 13, D_MODEL, N_HEADS, 2, D_FF, final_norm=True),

@@ -228,12 +228,6 @@ def test_attention_weights_of_every_layer_and_head():
     assert not any(block.attn.record_weights for block in model.blocks)  # default path back
 
 
-def test_left_padding_mask_is_the_padding_mask_reversed():
-    got = masks.left_padding_mask([3, 1], max_len=4)
-    assert got.shape == (2, 1, 1, 4)
-    assert got[:, 0, 0].tolist() == [[False, True, True, True], [False, False, False, True]]
-
-
 # --------------------------------------------------------------------------- the GGUF mapping
 
 

@@ -31,7 +31,6 @@ from transformer_course.attention import (
     scaled_dot_product_attention,
     split_heads,
 )
-from transformer_course.layers import DecoderLayer, EncoderLayer
 from transformer_course.masks import causal_mask, combine_masks, padding_mask
 from transformer_course.model import Transformer, greedy_decode
 from transformer_course.recording import recording_attention
@@ -94,6 +93,11 @@ def twin(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.detach().double().requires_grad_()
 
 
+def small_transformer(norm_first: bool = False) -> Transformer:
+    config = dict(d_model=D, n_heads=H, n_layers=2, d_ff=FF, dropout=0.0, max_len=16)
+    return Transformer(VOCAB, VOCAB, **config, norm_first=norm_first)
+
+
 # --------------------------------------------------------------------------- float16 / bfloat16
 
 MASKS = {
@@ -139,8 +143,7 @@ def test_mha_in_low_precision_matches_float64(dtype, need_weights, kind):
 
 @pytest.mark.parametrize("dtype", LOW, ids=str)
 def test_transformer_in_low_precision_matches_float64(dtype):
-    model = Transformer(VOCAB, VOCAB, d_model=D, n_heads=H, n_layers=2, d_ff=FF, dropout=0.0)
-    model = model.to(dtype).eval()
+    model = small_transformer().to(dtype).eval()
     src, tgt = torch.randint(3, VOCAB, (2, 5)), torch.randint(3, VOCAB, (2, 4))
     src[1, 3:] = PAD
     logits = model(src, tgt)
@@ -213,9 +216,8 @@ def test_mha_with_logits_of_1e4_matches_float64(need_weights):
     huge.load_state_dict(mha.state_dict())
     output, _ = huge(x, memory, memory, need_weights=need_weights)
     ref_output, ref_weights = float64(huge)(x.double(), memory.double(), memory.double())
-    assert (
-        float(ref_weights.detach().max()) > 0.99
-    )  # the logits really are huge: softmax is saturated
+    # The logits really are huge: softmax is saturated.
+    assert float(ref_weights.detach().max()) > 0.99
     # A weight error of 2e-3 (see HUGE_WEIGHTS_TOL) times S=6 values of size ~1 bounds the output.
     assert_equal_to(output, ref_output, {"atol": 1e-2, "rtol": 0.0})
 
@@ -268,59 +270,8 @@ def test_mha_fully_masked_rows_are_zero_forward_and_backward(need_weights, kind)
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
-def test_encoder_layer_with_a_fully_padded_element(norm_first, path):
-    layer = EncoderLayer(D, H, FF, dropout=0.0, norm_first=norm_first)
-    x = leaf(2, 5, D)
-    mask = padding_mask([0, 3], max_len=5)  # element 0: only padding; 1: 3 real tokens of 5
-    reference = float64(layer)
-    x64 = twin(x)
-    with attention_path(path, layer, reference):
-        output = layer(x, mask)
-        ref_output = reference(x64, mask)
-    assert_equal_to(output, ref_output, TOL[torch.float32])
-    backward(output)
-    backward(ref_output)
-    assert_equal_to(x.grad, x64.grad, TOL[torch.float32])
-    assert_same_gradients(layer, reference, TOL[torch.float32])
-
-
-@pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
-def test_decoder_layer_with_fully_padded_memory(norm_first, path):
-    layer = DecoderLayer(D, H, FF, dropout=0.0, norm_first=norm_first)
-    y, memory = leaf(2, 4, D), leaf(2, 5, D)
-    memory_mask = padding_mask([0, 5])  # element 0: the whole source is padding
-    reference = float64(layer)
-    y64, memory64 = twin(y), twin(memory)
-    with attention_path(path, layer, reference):
-        output = layer(y, memory, causal_mask(4), memory_mask)
-        ref_output = reference(y64, memory64, causal_mask(4), memory_mask)
-    assert_equal_to(output, ref_output, TOL[torch.float32])
-    backward(output)
-    backward(ref_output)
-    assert_equal_to(y.grad, y64.grad, TOL[torch.float32])
-    assert_equal_to(memory.grad, memory64.grad, TOL[torch.float32])
-    assert torch.equal(memory.grad[0], torch.zeros_like(memory.grad[0]))
-    assert_same_gradients(layer, reference, TOL[torch.float32])
-
-
-def small_transformer(norm_first: bool = False) -> Transformer:
-    return Transformer(
-        VOCAB,
-        VOCAB,
-        d_model=D,
-        n_heads=H,
-        n_layers=2,
-        d_ff=FF,
-        dropout=0.0,
-        max_len=16,
-        norm_first=norm_first,
-    )
-
-
-@pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 def test_transformer_with_a_source_of_only_padding(norm_first, path):
+    """Encoder layers with a fully padded element, decoder layers with a fully padded memory."""
     model = small_transformer(norm_first)
     src, tgt = torch.randint(3, VOCAB, (2, 5)), torch.randint(3, VOCAB, (2, 4))
     src[0] = PAD  # the encoder sees no token at all for element 0, the decoder no source
@@ -341,35 +292,17 @@ def test_transformer_with_a_source_of_only_padding(norm_first, path):
 # --------------------------------------------------------------------------- one token, one source
 
 
-def test_sdpa_with_one_query_and_one_key_returns_the_value():
-    q, k, v = torch.randn(2, H, 1, D), torch.randn(2, H, 1, D), torch.randn(2, H, 1, D)
-    output, weights = scaled_dot_product_attention(q, k, v)
-    assert torch.equal(weights, torch.ones(2, H, 1, 1))
-    assert_close(output, v, rtol=0, atol=0)
-
-
+@pytest.mark.parametrize("T", [1, 5])
 @pytest.mark.parametrize("need_weights", [True, False], ids=["explicit", "fused"])
-def test_mha_on_a_single_token_attends_to_itself(need_weights):
+def test_attention_to_a_single_key_returns_its_projected_value(need_weights, T):
     mha = MultiHeadAttention(D, H).eval()
-    x = torch.randn(3, 1, D)
-    output, weights = mha(x, x, x, mask=causal_mask(1), need_weights=need_weights)
-    if need_weights:
-        assert torch.equal(weights, torch.ones(3, H, 1, 1))
-    # One key: the weight is 1, so the output is the projected value, projected out.
-    expected = float64(mha.out_proj)(float64(mha.v_proj)(x.double()))
-    assert_equal_to(output, expected, TOL[torch.float32])
-
-
-@pytest.mark.parametrize("need_weights", [True, False], ids=["explicit", "fused"])
-def test_cross_attention_to_a_length_1_source(need_weights):
-    mha = MultiHeadAttention(D, H).eval()
-    y, memory = torch.randn(2, 5, D), torch.randn(2, 1, D)
+    y, memory = torch.randn(2, T, D), torch.randn(2, 1, D)
     output, weights = mha(y, memory, memory, mask=padding_mask([1, 1]), need_weights=need_weights)
     if need_weights:
-        assert torch.equal(weights, torch.ones(2, H, 5, 1))
-    # Every query sees the same single value: all five output rows are equal.
+        assert torch.equal(weights, torch.ones(2, H, T, 1))
+    # One key: its weight is 1, so every query gets the projected value, projected out.
     expected = float64(mha.out_proj)(float64(mha.v_proj)(memory.double()))  # (B, 1, D)
-    assert_equal_to(output, expected.expand(2, 5, D), TOL[torch.float32])
+    assert_equal_to(output, expected.expand(2, T, D), TOL[torch.float32])
 
 
 LENGTHS = {"T=1": (5, 1), "S=1": (1, 4), "S=T=1": (1, 1)}  # (S, T)
@@ -377,27 +310,9 @@ LENGTHS = {"T=1": (5, 1), "S=1": (1, 4), "S=T=1": (1, 1)}  # (S, T)
 
 @pytest.mark.parametrize("lengths", list(LENGTHS))
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
-def test_layers_on_length_1_sequences(norm_first, lengths):
+def test_transformer_on_length_1_sequences(norm_first, lengths):
     S, T = LENGTHS[lengths]
-    encoder = EncoderLayer(D, H, FF, dropout=0.0, norm_first=norm_first)
-    decoder = DecoderLayer(D, H, FF, dropout=0.0, norm_first=norm_first)
-    x, y = leaf(2, S, D), leaf(2, T, D)
-    memory = encoder(x, padding_mask([S, S]))
-    output = decoder(y, memory, causal_mask(T), padding_mask([S, S]))
-    x64, y64 = twin(x), twin(y)
-    memory64 = float64(encoder)(x64, padding_mask([S, S]))
-    ref_output = float64(decoder)(y64, memory64, causal_mask(T), padding_mask([S, S]))
-    assert_equal_to(output, ref_output, TOL[torch.float32])
-    backward(output)
-    backward(ref_output)
-    assert_equal_to(x.grad, x64.grad, {"atol": 1e-4, "rtol": 1e-4})
-    assert_equal_to(y.grad, y64.grad, {"atol": 1e-4, "rtol": 1e-4})
-
-
-@pytest.mark.parametrize("lengths", list(LENGTHS))
-def test_transformer_on_length_1_sequences(lengths):
-    S, T = LENGTHS[lengths]
-    model = small_transformer()
+    model = small_transformer(norm_first)
     src, tgt = torch.randint(3, VOCAB, (2, S)), torch.randint(3, VOCAB, (2, T))
     logits = model(src, tgt)
     assert logits.shape == (2, T, VOCAB)

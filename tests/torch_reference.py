@@ -1,4 +1,4 @@
-"""Our module against torch's: shared by test_layers, test_model and test_interop."""
+"""Our module against torch's, forward and gradients: shared by the tests of the core modules."""
 
 from __future__ import annotations
 
@@ -18,6 +18,13 @@ def _named_parameters(module: object) -> dict[str, torch.Tensor]:
     return dict(module.named_parameters())
 
 
+def leaves(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Fresh leaf copies that keep the aliasing of the originals (self-attention passes one
+    tensor as query, key and value, and torch's MultiheadAttention takes another path then)."""
+    copies: dict[int, torch.Tensor] = {}
+    return [copies.setdefault(id(t), t.detach().clone().requires_grad_()) for t in tensors]
+
+
 def assert_matches_torch(
     ours: object,
     theirs: nn.Module,
@@ -29,8 +36,7 @@ def assert_matches_torch(
 
     `ours` must already hold the weights of `theirs` (load_from_torch).
     """
-    ours_in = [x.detach().clone().requires_grad_() for x in inputs]
-    theirs_in = [x.detach().clone().requires_grad_() for x in inputs]
+    ours_in, theirs_in = leaves(inputs), leaves(inputs)
     out_ours, out_theirs = run_ours(*ours_in), run_theirs(*theirs_in)
     assert out_ours.shape == out_theirs.shape
     assert out_ours.abs().max() > 0.1  # not a trivially zero output
