@@ -114,23 +114,6 @@ def test_peak_memory_counts_a_freed_temporary():
     assert 8_000_000 <= peak < 8_000_000 + 65_536
 
 
-def test_interleaved_runs_every_candidate_in_every_round():
-    calls = {"a": 0, "b": 0}
-
-    def make(name):
-        def f():
-            calls[name] += 1
-
-        return f
-
-    timings = common.interleaved(
-        {"a": make("a"), "b": make("b")}, budget=0.0, min_rounds=4, max_rounds=4, min_batch=0.0
-    )
-    assert {name: t.rounds for name, t in timings.items()} == {"a": 4, "b": 4}
-    assert calls == {"a": 3 + 4, "b": 3 + 4}  # 3 warm-up calls (they calibrate), one per round
-    assert all(s > 0 for t in timings.values() for s in t.samples)
-
-
 def test_interleaved_warms_up_each_candidate_before_timing_it():
     """One-off costs of a candidate's first calls are neither timed nor used to size its batches.
 
@@ -154,17 +137,6 @@ def test_interleaved_warms_up_each_candidate_before_timing_it():
         assert t.loops > 1, f"{name}: batch sized on a slow first call ({t.loops} loop)"
         assert max(t.samples) < 0.05, f"{name}: a slow first call was timed: {t.samples}"
         assert calls[name] >= 3 + 3 * t.loops  # the warm-up, then one batch per round
-
-
-def test_warm_up_lasts_its_calls_and_its_time():
-    calls = []
-    once = common.warm_up(lambda: calls.append(1), calls=3, seconds=0.0)
-    assert len(calls) == 3 and once > 0
-    calls.clear()
-    common.warm_up(lambda: calls.append(1), calls=1, seconds=0.01)
-    assert len(calls) > 3  # a fast call is repeated until the time has passed
-    with pytest.raises(ValueError, match="calls"):
-        common.warm_up(lambda: None, calls=0)
 
 
 def test_ratio_is_taken_round_by_round():
