@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import matplotlib
-import numpy as np
 import pytest
 import torch
 
 from transformer_course import examples, measure, scaled_dot_product_attention, widgets
 from transformer_course.chapters import ch01_attention as ch
-from transformer_course.notebook import setup
 
 # --------------------------------------------------------------------------- the tiny example
 
@@ -143,22 +140,3 @@ def test_saturation_explorer_live_draws_the_curves_through_any_scale(live):
     a = torch.softmax(3.3 * cat_scores(), -1)
     norm = float(torch.linalg.matrix_norm(torch.diag(a) - torch.outer(a, a)))
     assert f"Jacobian norm {norm:.3f}" in explorer.view.value
-
-
-@pytest.fixture
-def restore_defaults():
-    """setup() changes global print options and rcParams: put the defaults back for other tests."""
-    yield
-    torch.set_printoptions(profile="default")
-    np.set_printoptions(precision=8, suppress=False)
-    matplotlib.rcdefaults()
-    matplotlib.use("Agg")
-
-
-def test_setup_seeds_every_run_the_same(restore_defaults):
-    setup()
-    a = torch.rand(3)
-    setup()
-    assert torch.equal(torch.rand(3), a)  # seeded again: the same draw
-    with pytest.raises(TypeError, match="seed"):
-        setup(seed="0")
