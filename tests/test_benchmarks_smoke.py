@@ -53,16 +53,6 @@ def section(text: str, heading: str) -> str:
     return match.group(1)
 
 
-def assert_numbers(table: list[list[str]], columns: list[str], rows: int) -> None:
-    header, body = table[0], table[1:]
-    assert len(body) == rows, f"table {header}: expected {rows} rows, got {len(body)}"
-    for name in columns:
-        assert name in header, f"table {header}: no column {name!r}"
-        i = header.index(name)
-        for row in body:
-            assert NUMBER.search(row[i]), f"table {header}, column {name!r}: {row[i]!r}"
-
-
 @pytest.fixture(scope="module")
 def smoke_results(tmp_path_factory) -> tuple[str, Path]:
     out = tmp_path_factory.mktemp("bench") / "RESULTS.md"
@@ -79,66 +69,40 @@ def smoke_results(tmp_path_factory) -> tuple[str, Path]:
     return out.read_text(), out
 
 
+# section -> how many tables it holds
+SECTIONS = {
+    "Machine": 1,
+    "Targets": 1,
+    "Attention": 2,
+    "Explicit path": 2,
+    "Scoring": 2,
+    "Training": 1,
+    "The book": 2,
+    "Run time": 1,
+}
+
+
 @pytest.mark.slow
 def test_smoke_run_writes_every_table(smoke_results):
+    """Every benchmark ran (no FAILED) and each of its tables has rows that hold numbers."""
     text, out = smoke_results
-    assert "**Smoke run**" in text
-    assert "FAILED" not in text
-
-    machine = markdown_tables(section(text, "Machine"))[0]
-    facts = {row[0]: row[1] for row in machine[1:]}
-    for key in ("CPU", "cores", "Python", "torch", "numpy", "torch threads", "started"):
-        assert facts.get(key), f"machine table lacks {key}"
-    assert facts["torch threads"].startswith("1 ")
-    assert NUMBER.search(facts["load average at start (1, 5, 15 min)"])
-    assert NUMBER.search(facts["load average at end"])
-
+    assert "**Smoke run**" in text and "FAILED" not in text
+    for heading, count in SECTIONS.items():
+        tables = markdown_tables(section(text, heading))
+        assert len(tables) == count, f"{heading}: {len(tables)} tables"
+        for table in tables:
+            body = table[1:]
+            assert body, f"{heading}: an empty table {table[0]}"
+            # the machine table holds names (CPU, versions); every other row holds a number
+            holds = (lambda c: c.strip()) if heading == "Machine" else NUMBER.search
+            empty = [row for row in body if not any(holds(cell) for cell in row[1:])]
+            assert not empty, f"{heading}: rows without a number: {empty}"
     targets = markdown_tables(section(text, "Targets"))[0]
-    assert len(targets) - 1 == 6  # attention x2, training, nbval, build, page weight
-    assert_numbers(targets, ["measured"], 6)
     assert all(row[3] == "n/a" for row in targets[1:]), "a smoke run must not judge targets"
-
-    timing = ["ours (ms)", "torch (ms)", "ratio", "ours fused (ms)", "torch fused (ms)"]
-    attention = markdown_tables(section(text, "Attention"))
-    assert len(attention) == 2
-    for table in attention:
-        assert_numbers(table, ["T", *timing], rows=2)
-
-    paths = markdown_tables(section(text, "Explicit path"))
-    assert len(paths) == 2
-    for table in paths:
-        assert_numbers(
-            table,
-            ["explicit (ms)", "fused (ms)", "peak explicit (MiB)", "peak fused (MiB)"],
-            rows=3,
-        )
-
-    scoring = markdown_tables(section(text, "Scoring"))
-    assert len(scoring) == 2
-    for table in scoring:
-        assert_numbers(table, ["dot", "scaled_dot", "cosine", "bilinear", "additive"], rows=2)
     assert (out.parent / "figures" / "scoring.png").stat().st_size > 1000
-
-    training = markdown_tables(section(text, "Training"))[0]
-    assert_numbers(training, ["parameters", "exact match (last eval)", "training s"], rows=2)
-
-    book = markdown_tables(section(text, "The book"))
-    assert len(book) == 2
-    assert_numbers(book[0], ["seconds"], rows=2)  # the one notebook and the total
-    assert book[0][1][4] == "passed"
-    assert_numbers(book[1], ["HTML KB", "share KB", "weight MB", "cold MB"], rows=1)
-
-    runtimes = markdown_tables(section(text, "Run time"))[0]
-    assert_numbers(runtimes, ["seconds"], rows=5)
 
 
 # --------------------------------------------------------------------------- the helpers
-
-
-def test_peak_memory_sees_an_allocation_of_known_size():
-    n = 1_000_000
-    peak = common.peak_memory(lambda: torch.empty(n, dtype=torch.float32))
-    assert 4 * n <= peak < 4 * n + 65_536
 
 
 def test_peak_memory_counts_a_freed_temporary():
@@ -150,23 +114,6 @@ def test_peak_memory_counts_a_freed_temporary():
 
     peak = common.peak_memory(two_in_turn)
     assert 8_000_000 <= peak < 8_000_000 + 65_536
-
-
-def test_interleaved_runs_every_candidate_in_every_round():
-    calls = {"a": 0, "b": 0}
-
-    def make(name):
-        def f():
-            calls[name] += 1
-
-        return f
-
-    timings = common.interleaved(
-        {"a": make("a"), "b": make("b")}, budget=0.0, min_rounds=4, max_rounds=4, min_batch=0.0
-    )
-    assert {name: t.rounds for name, t in timings.items()} == {"a": 4, "b": 4}
-    assert calls == {"a": 3 + 4, "b": 3 + 4}  # 3 warm-up calls (they calibrate), one per round
-    assert all(s > 0 for t in timings.values() for s in t.samples)
 
 
 def test_interleaved_warms_up_each_candidate_before_timing_it():
@@ -192,17 +139,6 @@ def test_interleaved_warms_up_each_candidate_before_timing_it():
         assert t.loops > 1, f"{name}: batch sized on a slow first call ({t.loops} loop)"
         assert max(t.samples) < 0.05, f"{name}: a slow first call was timed: {t.samples}"
         assert calls[name] >= 3 + 3 * t.loops  # the warm-up, then one batch per round
-
-
-def test_warm_up_lasts_its_calls_and_its_time():
-    calls = []
-    once = common.warm_up(lambda: calls.append(1), calls=3, seconds=0.0)
-    assert len(calls) == 3 and once > 0
-    calls.clear()
-    common.warm_up(lambda: calls.append(1), calls=1, seconds=0.01)
-    assert len(calls) > 3  # a fast call is repeated until the time has passed
-    with pytest.raises(ValueError, match="calls"):
-        common.warm_up(lambda: None, calls=0)
 
 
 def test_ratio_is_taken_round_by_round():
@@ -241,11 +177,3 @@ def test_page_weight_splits_shared_files(tmp_path):
     assert a.missing == ["https://cdn.example/x.js"]
     assert weights["b"].missing == []  # a data: URL is part of the HTML already
     assert weights["c"].missing == ["_static/missing.js"]
-
-
-def test_makefile_flags_are_read_from_the_makefile():
-    flags = bench_book.makefile_flags("NBVAL_FLAGS")
-    assert "--nbval" in flags
-    assert "--nbval" in (ROOT / "Makefile").read_text()
-    with pytest.raises(ValueError, match="NO_SUCH_FLAGS"):
-        bench_book.makefile_flags("NO_SUCH_FLAGS")

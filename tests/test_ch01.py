@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import ipywidgets
-import matplotlib
-import numpy as np
 import pytest
 import torch
 
 from transformer_course import examples, measure, scaled_dot_product_attention, widgets
 from transformer_course.chapters import ch01_attention as ch
-from transformer_course.notebook import setup
 
 # --------------------------------------------------------------------------- the tiny example
 
@@ -114,35 +110,11 @@ def live(monkeypatch):
     monkeypatch.setattr(widgets, "live_kernel", lambda: True)
 
 
-def test_tiny_explorer_live_takes_a_typed_query_and_any_scale(live):
-    explorer = ch.tiny_explorer()
-    assert explorer.live
-    query, scale = explorer.controls
-    query.value = "-3, 7.5"
-    scale.value = 0.37  # not among the static scales
-    a = torch.softmax(0.37 * (torch.tensor(ch.TINY_KEYS) @ torch.tensor([-3.0, 7.5])), dim=-1)
-    o = a @ torch.tensor(ch.TINY_VALUES)
-    assert f"output o = ({o[0]:.2f}, {o[1]:.2f})" in explorer.view.value
-    assert "s = 0.37" in explorer.view.value
-    query.value = "seven"
-    assert "query: expected two numbers" in explorer.status.value
-    mark = next(b for b in explorer.children[1].children if isinstance(b, ipywidgets.Button))
-    mark.click()
-    assert scale.value == pytest.approx(2**-0.5, abs=0.01)
-
-
 def test_attention_explorer_frames():
     explorer = ch.attention_explorer()
     assert explorer.controls[1].index == ch.EXPLORER_SCALES.index(1.0)
     frame = explorer.frame(query=1, scale=1.0)
     assert "“cat” attends to" in frame and "0.74" in frame
-
-
-def test_attention_explorer_live_renders_a_scale_between_frames(live):
-    explorer = ch.attention_explorer()
-    explorer.controls[1].value = 3.0
-    assert "All weights at scale 3" in explorer.view.value
-    assert explorer.view.value == explorer.frame(query=0, scale=3.0)
 
 
 def cat_scores():
@@ -168,22 +140,3 @@ def test_saturation_explorer_live_draws_the_curves_through_any_scale(live):
     a = torch.softmax(3.3 * cat_scores(), -1)
     norm = float(torch.linalg.matrix_norm(torch.diag(a) - torch.outer(a, a)))
     assert f"Jacobian norm {norm:.3f}" in explorer.view.value
-
-
-@pytest.fixture
-def restore_defaults():
-    """setup() changes global print options and rcParams: put the defaults back for other tests."""
-    yield
-    torch.set_printoptions(profile="default")
-    np.set_printoptions(precision=8, suppress=False)
-    matplotlib.rcdefaults()
-    matplotlib.use("Agg")
-
-
-def test_setup_seeds_every_run_the_same(restore_defaults):
-    setup()
-    a = torch.rand(3)
-    setup()
-    assert torch.equal(torch.rand(3), a)  # seeded again: the same draw
-    with pytest.raises(TypeError, match="seed"):
-        setup(seed="0")

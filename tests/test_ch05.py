@@ -131,14 +131,6 @@ def svg_texts(html: str) -> list[str]:
 
 def test_pair_explorer_live_goes_to_any_pair_and_position():
     explorer = ch.pair_explorer(live=True)
-    assert explorer.live and explorer.frames == {}
-    first = explorer.view.value
-    assert "t = 12" in svg_texts(first)  # the static initial frame: pair 1, t = 12
-    explorer.controls[1].value = 37.0  # between the frames 36 and 42
-    omega = 10000 ** (-2 / 32)
-    texts = svg_texts(explorer.view.value)
-    assert "t = 37" in texts and explorer.status.value == ""
-    assert f"{math.sin(37 * omega):+.3f}" in explorer.view.value
     explorer.controls[0].value = 9.0  # a pair no frame shows
     explorer.controls[1].value = 5000.0  # far past the static positions: the window follows t
     texts = svg_texts(explorer.view.value)
@@ -150,13 +142,10 @@ def test_pair_explorer_live_goes_to_any_pair_and_position():
 
 def test_similarity_explorer_live_takes_any_even_d_model():
     explorer = ch.similarity_explorer(live=True)
-    assert "d_model = 64" in svg_texts(explorer.view.value)
     explorer.controls[0].value = 100.0  # between the frames 64 and 128
     assert "d_model = 100" in svg_texts(explorer.view.value)
     omega = 10000 ** (-torch.arange(0, 100, 2, dtype=torch.float64) / 100)
     assert f"Neighbours (Δ = 1): {torch.cos(omega).mean().item():.2f}" in explorer.view.value
-    explorer.controls[0].value = 6.0
-    assert "d_model = 6" in svg_texts(explorer.view.value) and "(3 pairs)" in explorer.view.value
 
 
 # --------------------------------------------------------------------------- experiment

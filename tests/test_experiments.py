@@ -31,16 +31,6 @@ def test_save_records_the_torch_version_and_the_cpu(tmp_path, monkeypatch):
     assert experiments.load("demo")["rows"] == [{"seed": 0, "final_loss": 0.5}]
 
 
-def test_cpu_model_falls_back_to_platform_without_proc_cpuinfo(monkeypatch):
-    def no_file(*args, **kwargs):
-        raise OSError("no /proc here")
-
-    monkeypatch.setattr(experiments.Path, "read_text", no_file)
-    monkeypatch.setattr(experiments.platform, "processor", lambda: "")
-    monkeypatch.setattr(experiments.platform, "machine", lambda: "arm64")
-    assert experiments.cpu_model() == "arm64"
-
-
 SEEDS = [
     {"seed": s, "curve": [2.0 + s / 10, 1.5 + s / 10], "final_loss": f}
     for s, f in enumerate([0.50, 0.60, 0.55])

@@ -65,14 +65,6 @@ def test_a_rerun_lands_among_the_stored_seeds_and_says_what_the_chapter_says():
     assert 100 <= step_below(row) <= 160 and row["final_loss"] < 0.01
 
 
-def test_a_shorter_run_is_caught_by_the_comparison():
-    # The comparison above can fail: a run of 20 steps starts as the stored one and ends far
-    # from where the stored seeds end.
-    row = experiment.run(norm_first=True, warmup=0, seed=0, steps=20, log_every=10)
-    (found,) = problems(row)
-    assert found.startswith("final_loss = ") and "outside the seeds'" in found
-
-
 def step_below(row: dict, level: float = 1.0) -> int | None:
     """The step at which a stored loss curve first falls below `level` (None: never)."""
     every = experiment.SETTINGS["log_every"]

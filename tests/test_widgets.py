@@ -32,23 +32,13 @@ def links_of(explorer: Explorer) -> list[tuple[widgets.Widget, str, widgets.Widg
     ]
 
 
-def test_one_control_one_stack_of_html_frames():
+def test_one_control_one_stack_of_html_frames_linked_in_the_browser():
     values = [0.5, 1.0, 2.0, 4.0]
     explorer = Explorer(render_one, [slider("scale", values, "Scale")])
-    assert explorer.n_frames == len(values)
-    assert isinstance(explorer.stack, widgets.Stack)
-    children = explorer.stack.children
-    assert [child.value for child in children] == [render_one(v) for v in values]
-    assert all(isinstance(child, widgets.HTML) for child in children)
-    assert len({child.value for child in children}) == len(values)  # every frame differs
-
-
-def test_one_control_is_linked_to_the_stack_in_the_browser():
-    explorer = Explorer(render_one, [slider("scale", [1, 2, 3], "Scale")])
+    assert [child.value for child in explorer.stack.children] == [render_one(v) for v in values]
     (control,) = explorer.controls
     assert all(link._model_name == "LinkModel" for link in explorer.links)  # in the browser
     assert links_of(explorer) == [(control, "index", explorer.stack, "selected_index")]
-    assert "index" in control.keys  # the trait linked is synced to the front end
 
 
 def test_two_controls_nest_stacks_and_link_every_inner_stack():
@@ -229,25 +219,15 @@ def test_live_kernel_is_false_outside_a_kernel_and_in_the_static_environment(mon
 def test_static_mode_of_a_live_explorer_is_frames_plus_one_hint_line():
     explorer = Explorer(render_live, live_controls(), title="Demo", live=False)
     assert explorer.live is False and explorer.view is None
-    assert explorer.n_frames == 6 and repr(explorer) == (
-        "Explorer(Demo: Query q [2] x Scale [3] = 6 frames)"  # text boxes add no frames
-    )
-    assert [type(c) for c in explorer.controls] == [widgets.Dropdown, widgets.SelectionSlider]
+    assert explorer.n_frames == 6  # text boxes add no frames
     assert explorer.frame(query=(0.0, 3.0), scale=2.0) == "<p>q=0,3 s=2.000 note=static</p>"
-    assert [label for label, _ in explorer.controls[1].options] == ["0.5", "1.0", "2.0"]
     hint = explorer.children[-1].value
     assert "Run this notebook" in hint and "“Scale” to any value" in hint and "Query q" in hint
     assert hint.count("<span") == 1 and "\n" not in hint  # one line
-    assert isinstance(explorer.children[2], widgets.Stack)
-
-
-def test_static_mode_without_live_controls_has_no_hint_and_is_unchanged():
-    explorer = Explorer(render_one, [slider("scale", [1, 2], "Scale")], title="T", caption="C")
-    kinds = [type(child) for child in explorer.children]
-    assert kinds == [widgets.HTML, widgets.HBox, widgets.Stack, widgets.HTML]
-    assert "Run this notebook" not in explorer.children[-1].value
     custom = Explorer(render_live, live_controls(), live=False, hint="drag the query")
     assert custom.children[-1].value.endswith("to drag the query.</span>")
+    plain = Explorer(render_one, [slider("scale", [1, 2], "Scale")], title="T", caption="C")
+    assert "Run this notebook" not in plain.children[-1].value
 
 
 def test_marks_name_their_value_in_the_static_labels():
@@ -264,18 +244,13 @@ def test_live_slider_is_continuous_and_renders_a_value_between_frames():
         return render_live(query, scale, note)
 
     explorer = Explorer(render, live_controls(), live=True)
-    assert explorer.live and explorer.stack is None and explorer.links == [] and not explorer.frames
+    assert explorer.stack is None and explorer.links == [] and not explorer.frames
     assert calls == [1.0]  # only the initial frame, nothing precomputed
-    query, scale, note = explorer.controls
-    assert isinstance(scale, widgets.FloatSlider) and (scale.min, scale.max) == (0.05, 4.0)
+    scale = explorer.controls[1]
     scale.value = 1.35  # not among the static values 0.5, 1, 2
     assert calls[-1] == 1.35 and "s=1.350" in explorer.view.value
-    assert explorer.frame(query=(1.0, 1.0), scale=3.3) == render_live((1.0, 1.0), 3.3)
-    (button,) = [
-        b for b in explorer.children[0].children if isinstance(b, widgets.Button)
-    ]  # the mark
-    assert button.description == "1/√2"
-    button.click()
+    (mark,) = [b for b in explorer.children[0].children if isinstance(b, widgets.Button)]
+    mark.click()
     assert scale.value == pytest.approx(2**-0.5, abs=0.05) and "s=0.7" in explorer.view.value
 
 
