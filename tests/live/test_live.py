@@ -140,6 +140,16 @@ ROWS = [
         prelude="from transformer_course.chapters import ch10_pretrained as ch\n\n"
         "model, tokenizer = ch.minilm()  # the appendix's weights on our encoder, its tokenizer",
     ),
+    Row(
+        "11_decoder_only.ipynb",
+        (SETUP, "ch11_decoder_only as ch", "def attend(prompt)"),
+        "SmolLM2's attention",
+        "Your prompt",
+        typed="Owls hunt mice at night.",
+        shows=("L1 H1: 8 tokens", "mice"),  # O, w, ls, hunt, mice, at, night, "."
+        prelude="from transformer_course import gguf_loader\n\n"
+        "model, tokenizer = gguf_loader.load_smollm2()  # SmolLM2 on our code, its tokenizer",
+    ),
 ]
 
 
