@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._validation import check_choice, check_positive_int, check_tensor
-from .model import Transformer, greedy_decode
+from .model import DecoderOnly, Transformer, greedy_decode
 
 PAD, BOS, EOS = 0, 1, 2
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
@@ -293,11 +293,11 @@ def _progress_bar(mode: bool | str, total: int):
 
 
 def train(
-    model: Transformer,
+    model: Transformer | DecoderOnly,
     task: DigitTask,
     config: TrainConfig,
     progress: bool | str = True,
-    loss_fn: Callable[[Transformer, Tensor, Tensor], Tensor] = teacher_forcing_loss,
+    loss_fn: Callable[[Transformer | DecoderOnly, Tensor, Tensor], Tensor] = teacher_forcing_loss,
 ) -> TrainResult:
     """Train with teacher forcing and cross-entropy; every batch is fresh, held-out rows excluded.
 
@@ -315,8 +315,10 @@ def train(
     Returns:
         A `TrainResult` with the loss of every step.
     """
-    if not isinstance(model, Transformer):
-        raise TypeError(f"model: expected a Transformer, got {type(model).__name__}")
+    if not isinstance(model, (Transformer, DecoderOnly)):
+        raise TypeError(
+            f"model: expected a Transformer or a DecoderOnly, got {type(model).__name__}"
+        )
     next_batch = training_batches(task, config)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=(0.9, 0.98), eps=1e-9)
     bar = _progress_bar(progress, config.steps)
