@@ -191,9 +191,10 @@ def problems(row: dict) -> list[str]:
         # seeds' first means differ in the third digit.
         first=1,
         rtol=1e-4,
-        # The final loss and exact match: within the 5 seeds' range, widened by that range on
-        # each side (a re-run elsewhere is one more draw, not the stored one).
-        finals=("final_loss", "exact_match"),
+        # The final loss: within the 5 seeds' range, widened by that range on each side (a
+        # re-run elsewhere is one more draw, not the stored one). Not the exact match: every
+        # stored seed got 100%, a range of zero, and one more draw may miss a sequence.
+        finals=("final_loss",),
     )
 
 
@@ -203,6 +204,11 @@ def test_a_rerun_of_the_decoder_only_model_lands_among_the_stored_seeds():
     found = problems(row)
     assert not found, found
     assert row["parameters"] == setting("decoder-only")[0]["parameters"]
+    # The chapter's conclusion for this row: at least as good as the encoder-decoder, whose
+    # seeds got 99.5% to 99.9% of the held-out sequences right, with a lower final loss than
+    # their mean.
+    assert row["exact_match"] >= 0.995
+    assert row["final_loss"] < sum(r["final_loss"] for r in setting("encoder-decoder")) / 5
 
 
 def test_a_shorter_run_is_caught_by_the_comparison():
