@@ -35,6 +35,15 @@ from .masks import causal_mask, combine_masks, token_padding_mask
 from .positional import PositionalEncoding
 
 
+def _causal_and_padding(tokens: Tensor, pad_id: int) -> Tensor:
+    """Causal AND padding: (B, T) tokens -> (B, 1, T, T), True = may attend."""
+    T = tokens.shape[1]
+    return combine_masks(
+        causal_mask(T, device=tokens.device),  # (T, T)
+        token_padding_mask(tokens, pad_id),  # (B, 1, 1, T)
+    )  # (B, 1, T, T)
+
+
 class _Stack(nn.Module):
     """n_layers copies of one layer class (fresh weights each), then an optional final LayerNorm."""
 
@@ -256,11 +265,7 @@ class Transformer(nn.Module):
         Shape:
             tgt (B, T) -> (B, 1, T, T)
         """
-        T = tgt.shape[1]
-        return combine_masks(
-            causal_mask(T, device=tgt.device),  # (T, T)
-            token_padding_mask(tgt, self.pad_id),  # (B, 1, 1, T)
-        )  # (B, 1, T, T)
+        return _causal_and_padding(tgt, self.pad_id)  # (B, 1, T, T)
 
     @checked(_check_source)
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
@@ -437,11 +442,7 @@ class DecoderOnly(nn.Module):
         Shape:
             tokens (B, T) -> (B, 1, T, T)
         """
-        T = tokens.shape[1]
-        return combine_masks(
-            causal_mask(T, device=tokens.device),  # (T, T)
-            token_padding_mask(tokens, self.pad_id),  # (B, 1, 1, T)
-        )  # (B, 1, T, T)
+        return _causal_and_padding(tokens, self.pad_id)  # (B, 1, T, T)
 
     @checked(_check_tokens)
     def forward(self, tokens: Tensor) -> Tensor:
