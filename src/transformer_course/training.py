@@ -305,7 +305,8 @@ def train(
     The same config gives the same batches and, on the same machine, the same losses.
 
     Args:
-        model: e.g. from `build_model(task, config)`; left in eval mode afterwards.
+        model: e.g. from `build_model(task, config)`, or a `DecoderOnly` with a `loss_fn` that
+            writes each example as one sequence; left in eval mode afterwards.
         task, config: the data and the hyper-parameters.
         progress: True for a tqdm bar (a widget in Jupyter), "text" for a plain-text bar that
             prints a few lines (use it in notebooks), False for none.

@@ -14,7 +14,7 @@ decoder layer: the decoder-only model gets the depth whose parameter count comes
 encoder-decoder's (`closest_depth`). One seed fixes the initial weights, the batches and the
 held-out set; the two models of one seed share the batches and the held-out set.
 
-    row = run("decoder-only", seed=0)   # one run, seconds of CPU at one thread
+    row = run("decoder-only", seed=0)   # one run, under a minute of CPU at one thread
     main()                              # the grid, into results/decoder_only.json
 """
 
