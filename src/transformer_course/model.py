@@ -6,6 +6,11 @@
 The model builds its own masks from `pad_id` (with `masks.py`): the source padding mask for the
 encoder's self-attention and for cross-attention, and causal AND target padding for the decoder's
 self-attention.
+
+`DecoderOnly` is the language model of chapter 11 built from the same pieces: one stack of
+EncoderLayers run with the causal mask, no encoder, no cross-attention (GPT's layout).
+
+    tokens -> Embedding * sqrt(d_model) + PE -> N x EncoderLayer(causal) -> Linear -> logits
 """
 
 from __future__ import annotations
@@ -28,6 +33,15 @@ from ._validation import (
 from .layers import DecoderLayer, EncoderLayer, ScoreFactory
 from .masks import causal_mask, combine_masks, token_padding_mask
 from .positional import PositionalEncoding
+
+
+def _causal_and_padding(tokens: Tensor, pad_id: int) -> Tensor:
+    """Causal AND padding: (B, T) tokens -> (B, 1, T, T), True = may attend."""
+    T = tokens.shape[1]
+    return combine_masks(
+        causal_mask(T, device=tokens.device),  # (T, T)
+        token_padding_mask(tokens, pad_id),  # (B, 1, 1, T)
+    )  # (B, 1, T, T)
 
 
 class _Stack(nn.Module):
@@ -251,11 +265,7 @@ class Transformer(nn.Module):
         Shape:
             tgt (B, T) -> (B, 1, T, T)
         """
-        T = tgt.shape[1]
-        return combine_masks(
-            causal_mask(T, device=tgt.device),  # (T, T)
-            token_padding_mask(tgt, self.pad_id),  # (B, 1, 1, T)
-        )  # (B, 1, T, T)
+        return _causal_and_padding(tgt, self.pad_id)  # (B, 1, T, T)
 
     @checked(_check_source)
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
@@ -359,3 +369,158 @@ def greedy_decode(
     finally:
         model.train(was_training)
     return out
+
+
+class DecoderOnly(nn.Module):
+    """Decoder-only language model: embeddings, N EncoderLayers with the causal mask, a linear head.
+
+    Chapter 2's layer with chapter 3's causal mask, stacked (GPT, Radford et al., 2018): position
+    t reads tokens 0..t only, so one pass scores the next token at every position.
+
+    Args:
+        vocab: vocabulary size.
+        d_model, n_heads, d_ff, dropout, norm_first, activation: as in `layers.EncoderLayer`.
+        n_layers: number of layers.
+        max_len: longest sequence (size of the sinusoidal positional table).
+        pad_id: the padding token; padded keys are masked.
+        final_norm: final LayerNorm after the stack; None (default) means "if pre-LN".
+
+    Shape:
+        tokens (B, T) integer token ids -> logits (B, T, vocab); position t depends only on
+        tokens[:, :t+1].
+    """
+
+    def __init__(
+        self,
+        vocab: int,
+        d_model: int = 64,
+        n_heads: int = 4,
+        n_layers: int = 4,
+        d_ff: int = 256,
+        dropout: float = 0.1,
+        max_len: int = 512,
+        pad_id: int = 0,
+        norm_first: bool = False,
+        activation: str | Callable[[Tensor], Tensor] = "relu",
+        final_norm: bool | None = None,
+    ):
+        super().__init__()
+        # The other arguments are checked by the modules built from them.
+        check_positive_int("vocab", vocab)
+        check_positive_int("d_model", d_model)
+        check_positive_int("max_len", max_len)
+        check_token_id("pad_id", pad_id, vocab)
+        self.vocab = vocab
+        self.d_model = d_model
+        self.max_len = max_len
+        self.pad_id = pad_id
+        self.embed = nn.Embedding(vocab, d_model)
+        self.positional = PositionalEncoding(d_model, max_len, dropout)
+        self.blocks = Encoder(
+            n_layers,
+            d_model=d_model,
+            n_heads=n_heads,
+            d_ff=d_ff,
+            dropout=dropout,
+            norm_first=norm_first,
+            activation=activation,
+            final_norm=norm_first if final_norm is None else final_norm,
+        )
+        self.lm_head = nn.Linear(d_model, vocab)
+        # Xavier-uniform for every matrix, as `Transformer` (the same start for a fair comparison).
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+    def _check_tokens(self, tokens: Tensor) -> None:
+        check_tokens("tokens", tokens, self.vocab, self.max_len, self.embed.weight.device)
+
+    @checked(_check_tokens)
+    def mask(self, tokens: Tensor) -> Tensor:
+        """Causal (no peeking ahead) and no attending to padding.
+
+        Shape:
+            tokens (B, T) -> (B, 1, T, T)
+        """
+        return _causal_and_padding(tokens, self.pad_id)  # (B, 1, T, T)
+
+    @checked(_check_tokens)
+    def forward(self, tokens: Tensor) -> Tensor:
+        """Next-token logits at every position.
+
+        Shape:
+            tokens (B, T) -> logits (B, T, vocab)
+        """
+        x = self.positional(self.embed(tokens) * math.sqrt(self.d_model))  # (B, T, d_model)
+        x = self.blocks(x, self.mask(tokens))  # (B, T, d_model)
+        return self.lm_head(x)  # (B, T, vocab)
+
+
+def _check_greedy_continue(model: DecoderOnly, prompt: Tensor, max_new: int, eos_id: int) -> None:
+    if not isinstance(model, DecoderOnly):
+        raise TypeError(f"model: expected a DecoderOnly, got {type(model).__name__}")
+    model._check_tokens(prompt)
+    check_positive_int("max_new", max_new)
+    if prompt.shape[1] + max_new > model.max_len:
+        raise ValueError(
+            f"max_new: expected at most model.max_len - prompt length = "
+            f"{model.max_len - prompt.shape[1]}, got {max_new}"
+        )
+    check_token_id("eos_id", eos_id, model.vocab)
+    real = prompt != model.pad_id  # (B, P)
+    if not bool(real[:, 0].all()):
+        raise ValueError(
+            f"prompt: expected every row to start with a token other than pad_id="
+            f"{model.pad_id} (padding goes on the right)"
+        )
+    # Right padding only: once a row has a pad, everything after it is pad.
+    if bool((real[:, 1:] & ~real[:, :-1]).any()):
+        raise ValueError(
+            f"prompt: expected padding (pad_id={model.pad_id}) only at the end of each row, "
+            "found a token after a pad"
+        )
+
+
+@checked(_check_greedy_continue)
+def greedy_continue(model: DecoderOnly, prompt: Tensor, max_new: int, eos_id: int) -> Tensor:
+    """Continue each prompt one token at a time, always taking the most likely next token.
+
+    Prompts of different lengths share a batch padded on the right: row b writes its k-th new
+    token at column len_b + k. The causal mask makes the logits at column len_b + k - 1 blind to
+    the pads after it, so each row comes out as if it had been continued alone. Runs in eval mode
+    without gradients (the training mode is restored); stops after `max_new` tokens or once every
+    row has produced `eos_id`, after which a row is filled with `model.pad_id`.
+
+    Args:
+        model: a `DecoderOnly`.
+        prompt: (B, P) token ids, each row padded with `model.pad_id` on the right only.
+        max_new: most new tokens per row.
+        eos_id: end-of-sequence token.
+
+    Returns:
+        LongTensor (B, L) of the new tokens only, L <= max_new.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            B, P = prompt.shape
+            rows = torch.arange(B, device=prompt.device)  # (B,)
+            lengths = (prompt != model.pad_id).sum(dim=1)  # (B,) real tokens per row
+            seq = torch.full((B, P + max_new), model.pad_id, dtype=torch.long, device=prompt.device)
+            seq[:, :P] = prompt  # (B, P + max_new)
+            finished = torch.zeros(B, dtype=torch.bool, device=prompt.device)  # (B,)
+            new = []
+            for k in range(max_new):
+                end = int(lengths.max()) + k  # the longest row so far
+                # Recomputes the whole prefix each step: simple, and fine for short sequences.
+                logits = model(seq[:, :end])[rows, lengths + k - 1]  # (B, vocab)
+                next_token = logits.argmax(dim=-1).masked_fill(finished, model.pad_id)  # (B,)
+                seq[rows, lengths + k] = next_token
+                new.append(next_token)
+                finished |= next_token == eos_id
+                if bool(finished.all()):
+                    break
+    finally:
+        model.train(was_training)
+    return torch.stack(new, dim=1)  # (B, L)

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._validation import check_choice, check_positive_int, check_tensor
-from .model import Transformer, greedy_decode
+from .model import DecoderOnly, Transformer, greedy_decode
 
 PAD, BOS, EOS = 0, 1, 2
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
@@ -293,11 +293,11 @@ def _progress_bar(mode: bool | str, total: int):
 
 
 def train(
-    model: Transformer,
+    model: Transformer | DecoderOnly,
     task: DigitTask,
     config: TrainConfig,
     progress: bool | str = True,
-    loss_fn: Callable[[Transformer, Tensor, Tensor], Tensor] = teacher_forcing_loss,
+    loss_fn: Callable[[Transformer | DecoderOnly, Tensor, Tensor], Tensor] = teacher_forcing_loss,
 ) -> TrainResult:
     """Train with teacher forcing and cross-entropy; every batch is fresh, held-out rows excluded.
 
@@ -305,7 +305,8 @@ def train(
     The same config gives the same batches and, on the same machine, the same losses.
 
     Args:
-        model: e.g. from `build_model(task, config)`; left in eval mode afterwards.
+        model: e.g. from `build_model(task, config)`, or a `DecoderOnly` with a `loss_fn` that
+            writes each example as one sequence; left in eval mode afterwards.
         task, config: the data and the hyper-parameters.
         progress: True for a tqdm bar (a widget in Jupyter), "text" for a plain-text bar that
             prints a few lines (use it in notebooks), False for none.
@@ -315,8 +316,10 @@ def train(
     Returns:
         A `TrainResult` with the loss of every step.
     """
-    if not isinstance(model, Transformer):
-        raise TypeError(f"model: expected a Transformer, got {type(model).__name__}")
+    if not isinstance(model, (Transformer, DecoderOnly)):
+        raise TypeError(
+            f"model: expected a Transformer or a DecoderOnly, got {type(model).__name__}"
+        )
     next_batch = training_batches(task, config)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=(0.9, 0.98), eps=1e-9)
     bar = _progress_bar(progress, config.steps)
