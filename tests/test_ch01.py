@@ -64,20 +64,6 @@ def test_top_keys():
     assert ch.top_keys(w, ["a", "b", "c", "d"], k=3) == "b 0.60, d 0.20, a 0.10"
 
 
-# --------------------------------------------------------------------------- complexity
-
-
-def test_timing_figure_draws_measurements_and_two_distinct_references():
-    lengths = (4, 8, 16, 32)
-    ax = ch.timing_figure(lengths, [1.0, 2.0, 5.0, 17.0], [2.0, 4.0, 8.0, 16.0], 8, threads=1)
-    assert list(ax.get_lines()[0].get_ydata()) == [1.0, 2.0, 5.0, 17.0]
-    # The two grey references must not look alike in the legend: dashed n, dotted n².
-    linear, quadratic = ax.get_lines()[2:]
-    assert linear.get_color() == quadratic.get_color()
-    assert (linear.get_linestyle(), quadratic.get_linestyle()) == ("--", ":")
-    assert list(quadratic.get_ydata()) == pytest.approx([17 / 64, 17 / 16, 17 / 4, 17])
-
-
 # --------------------------------------------------------------------------- widgets and figures
 
 

@@ -41,12 +41,6 @@ def test_example_batch_has_different_lengths_and_special_tokens():
 # --------------------------------------------------------------------------- figures and widgets
 
 
-def test_leak_figure_marks_the_edited_position():
-    ax = ch.leak_figure({"no mask": torch.ones(3), "mask": torch.zeros(3)}, ["a", "b", "c"], 1)
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b*", "c"]
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["no mask", "mask"]
-
-
 def example_weights(T: int = 8) -> dict[bool, torch.Tensor]:
     scores = torch.randn(T, T, generator=torch.Generator().manual_seed(0))
     masked = scores.masked_fill(~causal_mask(T), float("-inf")).softmax(dim=-1)
@@ -78,21 +72,6 @@ def test_causal_mask_explorer():
 def readout(html: str, name: str) -> str:
     """The value of one row of a frame's readout table."""
     return re.search(rf"{re.escape(name)}</th>\s*<td[^>]*>([^<]*)</td>", html).group(1)
-
-
-def test_causal_mask_explorer_live_takes_any_position_and_typed_words():
-    explorer = ch.causal_mask_explorer(weights_of, example_labels(), live=True)
-    masked, query, words = explorer.controls
-    words.value = "die Katze saß auf der Matte . die Katze saß"  # 10 words: T = 11
-    query.value = "10"  # typed, not an option label
-    assert readout(explorer.view.value, "keys it may see") == "11 of 11"
-    assert readout(explorer.view.value, "weight on later tokens") == "0.00"
-    masked.index = 0  # mask off: later tokens get weight
-    query.value = "2"
-    assert readout(explorer.view.value, "keys it may see") == "11 of 11"
-    assert readout(explorer.view.value, "weight on later tokens") != "0.00"
-    words.value = "die Hund"  # a word outside the vocabulary
-    assert "words: expected 1 to 10 of" in explorer.status.value
 
 
 def changes_of(words, position, new_word, masked):

@@ -44,30 +44,12 @@ def test_hand_inputs():
 # --------------------------------------------------------------------------- figures and widget
 
 
-def test_reshape_figure_shows_the_right_split_and_the_bare_view():
-    fig = ch.reshape_figure()
-    h, T, d_k = ch.WALK_HEADS, ch.WALK_T, ch.WALK_D_MODEL // ch.WALK_HEADS
-    assert len(fig.axes) == 2 * h
-    right, bare = fig.axes[1], fig.axes[h + 1]  # head 2 in each row
-    right_labels = [int(text.get_text()) for text in right.texts]
-    assert right_labels == [100 * t + f for t in range(T) for f in range(d_k, 2 * d_k)]
-    bare_labels = [int(text.get_text()) for text in bare.texts]
-    assert bare_labels[:4] == [108, 109, 110, 111]  # the 21st number onwards: token 1, then 2
-
-
 def _fake_weights(seed=0):
     generator = torch.Generator().manual_seed(seed)
     return {
         s: torch.softmax(torch.randn(4, len(t), len(t), generator=generator), dim=-1)
         for s, t in ch.SENTENCES.items()
     }
-
-
-def test_heads_figure_draws_the_given_weights():
-    weights = _fake_weights()[examples.SENTENCE]
-    fig = ch.heads_figure(weights)
-    image = torch.as_tensor(fig.axes[3].images[0].get_array().data).float()
-    torch.testing.assert_close(image, weights[3])
 
 
 def test_head_grid_explorer():
@@ -89,29 +71,6 @@ def test_head_grid_explorer():
 def svg_texts(html: str) -> list[str]:
     """What the picture says: the contents of every SVG <text>, in order."""
     return [re.sub(r"<[^>]+>", "", t) for t in re.findall(r"<text[^>]*>.*?</text>", html)]
-
-
-def _weigh(tokens):
-    """Stand-in heads for a typed sentence: head i puts all its weight on key min(t + i, T - 1)."""
-    ch.hand_inputs(tokens)  # refuses words the hand-made heads do not know, as the notebook's does
-    T = len(tokens)
-    keys = torch.stack([torch.arange(T).add(i).clamp(max=T - 1) for i in range(4)])  # (h, T)
-    return torch.nn.functional.one_hot(keys, T).float()  # (h, T, T)
-
-
-def test_head_grid_explorer_live_takes_a_typed_sentence_and_refuses_unknown_words():
-    weights_of = _fake_weights()
-    static = ch.head_grid_explorer(weights_of, weigh=_weigh, live=False)
-    assert static.frames == ch.head_grid_explorer(weights_of).frames  # static frames unchanged
-    explorer = ch.head_grid_explorer(weights_of, weigh=_weigh, live=True)
-    explorer.controls[0].value = "The dog sat on the mat."  # typed: not one of the three
-    explorer.controls[1].value = 2  # head 3: the same typed sentence, another head
-    assert "Head 3: next token" in svg_texts(explorer.view.value)
-    explorer.controls[0].value = "The unicorn sat."  # a word the heads do not know
-    assert "expected words among" in explorer.status.value and "unicorn" in explorer.status.value
-    explorer.controls[0].value = "The dog chased the cat."  # a known sentence: its own weights
-    w = weights_of["The dog chased the cat."][2]
-    assert f"{float(w.max(dim=-1).values.mean()):.2f}" in explorer.view.value
 
 
 def _fake_learned(n_layers=2, h=4, S=5, seed=1):

@@ -10,7 +10,6 @@ requirements.txt) and share one computation of its attention per module.
 from __future__ import annotations
 
 import math
-from html import escape
 
 import pytest
 import torch
@@ -200,19 +199,6 @@ def attend(sentence):
     model, tokenizer = ch.minilm()
     one = pretrained.tokenize(tokenizer, [sentence])
     return one.labels(0), pretrained.attention_weights(model, one)[:, 0]  # (L, h, n, n)
-
-
-def test_head_explorer_live_runs_a_typed_sentence(study):
-    explorer = ch.head_explorer(study, run=attend, live=True)
-    explorer.controls[-1].value = "Transformers tokenize unbelievably"
-    tokens, weights = attend(explorer.controls[-1].value)
-    assert "##ize" in tokens  # word pieces, not words, label the heatmaps
-    assert all(f">{escape(t)}<" in explorer.view.value for t in tokens)
-    explorer.controls[0].value, explorer.controls[1].value = 5, 11  # the last layer and head
-    here = ch.sentence_scores(weights[5, 11], tokens)["[CLS]"]
-    assert "Layer 6, head 12" in explorer.view.value and f"{float(here):.2f}" in explorer.view.value
-    explorer.controls[-1].value = "word " * 20
-    assert "sentence: expected 1 to 14 word pieces" in explorer.status.value
 
 
 def test_pattern_explorer(study):
