@@ -96,26 +96,6 @@ def test_leak_explorer():
     assert "Katze → die" in explorer.frame(position=2, masked=False)  # never the same word
 
 
-def test_leak_explorer_live_takes_any_input_position_and_word():
-    calls = []
-
-    def spy(words, position, new_word, masked):
-        calls.append((words, position, new_word, masked))
-        return changes_of(words, position, new_word, masked)
-
-    explorer = ch.leak_explorer(spy, example_labels(), live=True)
-    position, masked, words, word = explorer.controls
-    words.value = "die Katze saß"
-    position.value = "3"
-    word.value = "Matte"
-    assert calls[-1] == (("<bos>", "die", "Katze", "saß"), 3, "Matte", True)
-    assert "saß → Matte" in explorer.view.value and "do not move" in explorer.view.value
-    masked.index = 0
-    assert readout(explorer.view.value, "largest change before the edit") == "1.00"
-    position.value = "0"  # the first token, <bos>, cannot be edited
-    assert "position: expected 1 to 3, got 0" in explorer.status.value
-
-
 # --------------------------------------------------------------------------- exercises
 
 

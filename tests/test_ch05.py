@@ -7,7 +7,6 @@ experiment) is written in the notebook, which checks it against the package unde
 from __future__ import annotations
 
 import math
-import re
 
 import pytest
 import torch
@@ -92,19 +91,6 @@ def test_similarity_explorer_frames():
     torch.testing.assert_close(similarity, similarity[:1].expand_as(similarity))
     lowest = min((table[0] @ table[delta]).item() / 32 for delta in range(129))
     assert f"Lowest similarity for Δ up to 128: {lowest:.2f}" in explorer.frame(d_model=64)
-
-
-def svg_texts(html: str) -> list[str]:
-    """What the picture says: the contents of every SVG <text>, in order."""
-    return [re.sub(r"<[^>]+>", "", t) for t in re.findall(r"<text[^>]*>.*?</text>", html)]
-
-
-def test_similarity_explorer_live_takes_any_even_d_model():
-    explorer = ch.similarity_explorer(live=True)
-    explorer.controls[0].value = 100.0  # between the frames 64 and 128
-    assert "d_model = 100" in svg_texts(explorer.view.value)
-    omega = 10000 ** (-torch.arange(0, 100, 2, dtype=torch.float64) / 100)
-    assert f"Neighbours (Δ = 1): {torch.cos(omega).mean().item():.2f}" in explorer.view.value
 
 
 # --------------------------------------------------------------------------- experiment

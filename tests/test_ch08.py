@@ -189,17 +189,6 @@ def test_parse_multiplier_reads_numbers_fractions_and_roots_and_refuses_the_rest
             ch.parse_multiplier(text)
 
 
-def test_live_explorer_renders_a_d_k_between_the_frames():
-    explorer = ch.saturation_explorer(live=True)  # as in a reader's kernel
-    d_k, scaled, _, _ = explorer.controls
-    d_k.value = 100.0  # between the frames 64 and 128
-    p = torch.softmax(ch.widget_scores(100, scaled=True), dim=-1)
-    assert "1/√d_k = 0.1" in explorer.view.value and f"{float(p.max()):.3f}" in explorer.view.value
-    scaled.value = False  # the division off, at the same d_k
-    top2 = ch.widget_scores(100).topk(2).values
-    assert f"leads by {float(top2[0] - top2[1]):.2f}" in explorer.view.value
-
-
 def test_live_explorer_writes_huge_weight_ratios_as_powers_of_ten(monkeypatch):
     explorer = ch.saturation_explorer(live=True)
     d_k, _, multiplier, _ = explorer.controls

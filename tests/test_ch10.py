@@ -208,21 +208,6 @@ def test_pattern_explorer(study):
     assert ch.pattern_explorer(study, run=attend, live=False).frames == explorer.frames
 
 
-def test_pattern_explorer_live_takes_a_typed_sentence(study):
-    explorer = ch.pattern_explorer(study, run=attend, live=True)
-    pattern, box = explorer.controls
-    box.value = "Owls hunt mice at night, and owls sleep by day."
-    tokens, weights = attend(box.value)
-    pattern.index = ch.FIGURE_PATTERNS.index("[CLS]")  # the options follow FIGURE_PATTERNS
-    layer, head, _ = ch.top_heads(study.scores["[CLS]"])[0]
-    here = ch.sentence_scores(weights[layer, head], tokens)["[CLS]"]
-    assert ch.head_name(layer, head) in explorer.view.value
-    assert f"{float(here):.2f}</" in explorer.view.value
-    assert f"{1 / len(tokens):.2f}</" in explorer.view.value  # uniform for this length
-    box.value = ch.EXPLORER_SENTENCES[1]  # a preset again: its precomputed weights
-    assert explorer.status.value == "" and ">dog<" in explorer.view.value
-
-
 def test_check_next_token_head(study):
     right = ch.check_next_token_head((2, 9))
     assert right.ok and "L2 H9" in right.text()

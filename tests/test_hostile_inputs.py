@@ -648,11 +648,6 @@ def test_every_module_with_a_forward_is_fed_bad_tensors():
     assert not missing, f"no bad-input row for the forward of {sorted(missing)}"
 
 
-def test_ids_are_unique():
-    ids = [param.id for param in ROWS]
-    assert len(ids) == len(set(ids)), [i for i in ids if ids.count(i) > 1]
-
-
 @pytest.mark.parametrize(
     "call",
     [

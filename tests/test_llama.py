@@ -148,19 +148,6 @@ def test_cached_steps_equal_the_whole_sequence():
     assert cache.length == 12 and cache.next_position.tolist() == [12, 12]
 
 
-def test_a_left_padded_row_gives_the_logits_of_the_row_alone():
-    model = tiny_model()
-    prompts = [[5, 9, 2, 7, 7, 1, 30], [11, 3, 8]]
-    tokens, mask = left_pad(prompts, pad_id=0)  # (2, 7), (2, 1, 1, 7)
-    assert tokens[1].tolist() == [0, 0, 0, 0, 11, 3, 8]
-    assert mask[1, 0, 0].tolist() == [False] * 4 + [True] * 3
-    with torch.no_grad():
-        batch = model(tokens, mask)
-        alone = model(torch.tensor([prompts[1]]))
-    torch.testing.assert_close(batch[1, 4:], alone[0], atol=1e-5, rtol=0)
-    assert not torch.isnan(batch).any()  # padding queries attend to nothing: zeros, not NaN
-
-
 def test_generation_cached_uncached_batched_and_alone_agree():
     model = tiny_model()
     prompts = [[5, 9, 2, 7, 7, 1, 30], [11, 3, 8], [4]]
