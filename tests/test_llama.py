@@ -183,19 +183,11 @@ def test_sampling_is_seeded_and_top_k_limits_the_choice():
     for _ in range(20):
         token = next_token(logits, 2.0, 3, generator)
         assert bool((top3 == token[:, None]).any(dim=1).all())
-    model = tiny_model()
-    run = [
-        generate(
-            model,
-            [[1, 2, 3]],
-            8,
-            temperature=0.9,
-            top_k=5,
-            generator=torch.Generator().manual_seed(3),
-        )
-        for _ in range(2)
-    ]
-    assert torch.equal(run[0], run[1])
+    model, runs = tiny_model(), []
+    for _ in range(2):
+        generator.manual_seed(3)
+        runs.append(generate(model, [[1, 2, 3]], 8, temperature=0.9, top_k=5, generator=generator))
+    assert torch.equal(runs[0], runs[1])
 
 
 def test_attention_weights_of_every_layer_and_head():
