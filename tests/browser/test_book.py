@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -177,8 +178,9 @@ class Probe:
         return {kind: items for kind, items in found.items() if items}
 
 
+@contextmanager
 def open_page(browser, url: str, local_prefixes: tuple[str, ...], stubs: tuple[str, ...] = ()):
-    """A fresh page whose every request goes through a Probe; returns (page, probe)."""
+    """A fresh page whose every request goes through a Probe: yields (page, probe)."""
     context = browser.new_context(viewport=DESKTOP)
     context.set_default_timeout(RENDER_TIMEOUT_MS)  # a shared, busy machine loads pages slowly
     probe = Probe(local_prefixes, stubs)
@@ -188,10 +190,13 @@ def open_page(browser, url: str, local_prefixes: tuple[str, ...], stubs: tuple[s
     page.on("pageerror", lambda error: probe.page_errors.append(str(error)))
     page.on("requestfailed", probe.on_request_failed)
     page.on("response", probe.on_response)
-    response = page.goto(url, wait_until="load")
-    if response is not None and not url.startswith("file:"):
-        assert response.ok, f"{url}: HTTP {response.status}"
-    return page, probe
+    try:
+        response = page.goto(url, wait_until="load")
+        if response is not None and url.startswith("http"):
+            assert response.ok, f"{url}: HTTP {response.status}"
+        yield page, probe
+    finally:
+        context.close()
 
 
 # --------------------------------------------------------------------------- rendering
@@ -549,10 +554,9 @@ def screenshot_diagrams(page, rel: str, mode: str, screenshot_dir: Path) -> None
 
 @pytest.mark.parametrize("rel", PAGES)
 def test_page(rel: str, browser, book_url: str, screenshot_dir: Path):
-    page, probe = open_page(browser, book_url + rel, (book_url,))
     axe = rel in ACCESSIBILITY_PAGES
     report = {}
-    try:
+    with open_page(browser, book_url + rel, (book_url,)) as (page, probe):
         wait_for_widgets(page, rel, probe)
         wait_for_maths(page, rel, probe)
         check_diagrams(page, rel)
@@ -575,8 +579,6 @@ def test_page(rel: str, browser, book_url: str, screenshot_dir: Path):
         if axe:
             report["dark"] = axe_violations(page, COLOUR_RULES)
         page.wait_for_timeout(200)  # let late console messages and requests arrive
-    finally:
-        page.context.close()
     assert not failures, f"{rel}: " + "; ".join(failures)
     failing = {mode: lines for mode, lines in report.items() if lines}
     assert not failing, f"{rel}: accessibility violations: " + "; ".join(
@@ -605,9 +607,7 @@ def test_the_accessibility_pages_hold_every_control():
 
 def test_the_accessibility_check_can_fail(browser):
     """axe reports each planted fault; the colour rules alone only the colour fault."""
-    context = browser.new_context()
-    page = context.new_page()
-    try:
+    with open_page(browser, "about:blank", ()) as (page, _):
         page.set_content(
             """<!doctype html><html lang="en"><head><title>faults</title></head><body><main>
             <h1>Faults</h1>
@@ -621,8 +621,6 @@ def test_the_accessibility_check_can_fail(browser):
         )
         found = {line.split(" ", 1)[0] for line in axe_violations(page)}
         colours = {line.split(" ", 1)[0] for line in axe_violations(page, COLOUR_RULES)}
-    finally:
-        context.close()
     expected = {
         "image-alt",
         "svg-img-alt",
@@ -636,9 +634,7 @@ def test_the_accessibility_check_can_fail(browser):
 
 def test_the_phone_check_can_fail(browser, screenshot_dir: Path):
     """An element wider than the phone is reported, one inside a scrolling box is not."""
-    context = browser.new_context(viewport=DESKTOP)
-    page = context.new_page()
-    try:
+    with open_page(browser, "about:blank", ()) as (page, _):
         page.set_content(
             """<!doctype html><html lang="en"><body><article>
             <p style="width: 600px">A paragraph too wide</p>
@@ -646,8 +642,6 @@ def test_the_phone_check_can_fail(browser, screenshot_dir: Path):
             </article></body></html>"""
         )
         problems = check_phone(page, "test/planted.html", screenshot_dir)
-    finally:
-        context.close()
     assert len(problems) == 1 and "P A paragraph too wide" in problems[0], problems
     assert "scrolls in its box" not in problems[0], problems
 
@@ -704,13 +698,10 @@ def test_every_figure_says_what_it_shows():
 
 def test_a_click_on_the_map_navigates(browser, book_url: str):
     """A real click on a block of the map follows its link (an <img> would swallow it)."""
-    page, probe = open_page(browser, book_url + "book/intro.html", (book_url,), RENDERERS)
-    try:
+    with open_page(browser, book_url + "book/intro.html", (book_url,), RENDERERS) as (page, probe):
         page.locator(f'{DIAGRAM} a[data-doc="notebooks/04_multi_head_attention"]').click()
         page.wait_for_url("**/notebooks/04_multi_head_attention.html")
         assert page.locator("h1").count() >= 1
-    finally:
-        page.context.close()
     assert not probe.non_local, f"non-local requests: {probe.non_local}"
 
 
@@ -718,8 +709,7 @@ def test_page_works_from_file_url(browser):
     """Opened straight from disk (file://): the maths and the widgets still work."""
     rel = "notebooks/01_attention.html"  # widgets and maths
     url = (BUILD / rel).as_uri()
-    page, probe = open_page(browser, url, ("file://",))
-    try:
+    with open_page(browser, url, ("file://",)) as (page, probe):
         assert wait_for_widgets(page, rel, probe) > 0
         wait_for_maths(page, rel, probe)
         root = page.locator(".widget-subarea").first
@@ -729,8 +719,6 @@ def test_page_works_from_file_url(browser):
         done = move(*found[0])
         assert wait_for_change(root, before), f"{rel} from file://: {done}, frame unchanged"
         page.wait_for_timeout(200)
-    finally:
-        page.context.close()
     assert not probe.problems(), f"{rel} from file://: {probe.problems()}"
 
 
@@ -739,8 +727,7 @@ def test_page_works_from_file_url(browser):
 
 def search_results(browser, book_url: str, path: str) -> list[str]:
     """The links the book's own search (no server side) lists, in order, on its page `path`."""
-    page, probe = open_page(browser, book_url + path, (book_url,), RENDERERS)
-    try:
+    with open_page(browser, book_url + path, (book_url,), RENDERERS) as (page, probe):
         page.locator("#search-results .search-summary").wait_for(timeout=RENDER_TIMEOUT_MS)
         page.wait_for_function(  # results appear one by one; the progress line empties at the end
             "() => !document.querySelector('#search-progress')?.textContent.trim()",
@@ -749,8 +736,6 @@ def search_results(browser, book_url: str, path: str) -> list[str]:
         links = page.locator("#search-results ul.search li a").evaluate_all(
             "(links) => links.map((a) => a.href)"
         )
-    finally:
-        page.context.close()
     assert not probe.problems(), f"{path}: {probe.problems()}"
     return links
 
@@ -775,8 +760,8 @@ def test_search_finds_the_chapter(folder: str, query: str, chapter: str, browser
 
 def test_the_switcher_opens_the_same_page(browser, book_url: str):
     """English -> 简体中文 -> 繁體中文 -> English, by clicking the switcher, stays on the page."""
-    page, probe = open_page(browser, book_url + "book/notation.html", (book_url,), RENDERERS)
-    try:
+    url = book_url + "book/notation.html"
+    with open_page(browser, url, (book_url,), RENDERERS) as (page, probe):
         for name, expected in (
             ("简体中文", "zh-Hans/book/notation.html"),
             ("繁體中文", "zh-Hant/book/notation.html"),
@@ -787,8 +772,6 @@ def test_the_switcher_opens_the_same_page(browser, book_url: str):
             current = page.locator('.tc-languages a[aria-current="page"]').first.inner_text()
             assert current == name, f"{expected}: the switcher marks {current!r} as current"
             assert page.evaluate("() => document.documentElement.lang") == edition(expected)
-    finally:
-        page.context.close()
     assert not probe.problems(), probe.problems()
 
 
