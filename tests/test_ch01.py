@@ -1,4 +1,4 @@
-"""Chapter 1 helpers: the example data, the story the chapter tells, the timing figure, widgets."""
+"""Chapter 1 helpers: the example data, the story the chapter tells, the explorers' frames."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Chapter 2 helpers: the example, token statistics, the depth figure, the widget, the checkers."""
+"""Chapter 2 helpers: the example, token statistics, the explorer's frames, the checkers."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Chapter 3 helpers: the example, figures, widgets and checkers. What the chapter teaches (the
-mask, the layer, the leak test, decoding, the note's layer) is written and checked in the
-notebook."""
+"""Chapter 3 helpers: the example, the explorers' frames and the exercise checkers."""
 
 from __future__ import annotations
 

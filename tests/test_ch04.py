@@ -1,8 +1,4 @@
-"""Chapter 4 helpers: example data, figures, the head-grid widget, exercise checkers.
-
-The computations the chapter teaches (split and merge, h separate heads, the hand-made heads) are
-written in the notebook, which asserts them equal to the package under nbval.
-"""
+"""Chapter 4 helpers: example data, the explorers' frames and the exercise checkers."""
 
 from __future__ import annotations
 

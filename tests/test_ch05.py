@@ -1,8 +1,4 @@
-"""Chapter 5 helpers: example data, figures, widgets and exercise checkers.
-
-What the chapter teaches (the least-squares shift, the previous-token rule, the extrapolation
-experiment) is written in the notebook, which checks it against the package under nbval.
-"""
+"""Chapter 5 helpers: example data, the explorers' frames and the exercise checkers."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Chapter 6 helpers: the example, the module names, the figure and the widget, and every checker
-tells a right answer from a wrong one. What the chapter teaches (the recorded sources, the
-rewired decoder) is written and checked in the notebook."""
+"""Chapter 6 helpers: the example, module names, the explorer's frames, the checkers."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Chapter 7 helpers: the example data, the instruments the chapter measures with, figures,
-the widget and the exercise checkers."""
+"""Chapter 7 helpers: the example data, the instruments it measures with, the explorer, checkers."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Chapter 8 helpers: the random data has the assumed statistics, the Jacobian norm is right,
-the figures draw what they are given, the widget and the checkers. The computations the chapter
-teaches are in the notebook, checked there by its own assert cells."""
+"""Chapter 8 helpers: the random data's statistics, the Jacobian norm, the explorer, checkers."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Tests of chapter 9's module: figures, the alignment and its explorer, the exercise checkers.
-
-The loss, the schedule, the training loop and greedy decoding are written out in the notebook,
-which asserts them equal to the package (checked under nbval)."""
+"""Chapter 9 helpers: the alignment, its explorer and the exercise checkers."""
 
 from __future__ import annotations
 
