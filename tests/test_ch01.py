@@ -1,11 +1,11 @@
-"""Chapter 1 helpers: the example data, the story the chapter tells, the timing figure, widgets."""
+"""Chapter 1 helpers: the example data, the story the chapter tells, the explorers' frames."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from transformer_course import examples, measure, scaled_dot_product_attention, widgets
+from transformer_course import examples, measure, scaled_dot_product_attention
 from transformer_course.chapters import ch01_attention as ch
 
 # --------------------------------------------------------------------------- the tiny example
@@ -64,20 +64,6 @@ def test_top_keys():
     assert ch.top_keys(w, ["a", "b", "c", "d"], k=3) == "b 0.60, d 0.20, a 0.10"
 
 
-# --------------------------------------------------------------------------- complexity
-
-
-def test_timing_figure_draws_measurements_and_two_distinct_references():
-    lengths = (4, 8, 16, 32)
-    ax = ch.timing_figure(lengths, [1.0, 2.0, 5.0, 17.0], [2.0, 4.0, 8.0, 16.0], 8, threads=1)
-    assert list(ax.get_lines()[0].get_ydata()) == [1.0, 2.0, 5.0, 17.0]
-    # The two grey references must not look alike in the legend: dashed n, dotted n².
-    linear, quadratic = ax.get_lines()[2:]
-    assert linear.get_color() == quadratic.get_color()
-    assert (linear.get_linestyle(), quadratic.get_linestyle()) == ("--", ":")
-    assert list(quadratic.get_ydata()) == pytest.approx([17 / 64, 17 / 16, 17 / 4, 17])
-
-
 # --------------------------------------------------------------------------- widgets and figures
 
 
@@ -104,12 +90,6 @@ def test_parse_query_reads_two_numbers_and_refuses_anything_else():
             ch.parse_query(text)
 
 
-@pytest.fixture
-def live(monkeypatch):
-    """Build the explorers as in a reader's kernel."""
-    monkeypatch.setattr(widgets, "live_kernel", lambda: True)
-
-
 def test_attention_explorer_frames():
     explorer = ch.attention_explorer()
     assert explorer.controls[1].index == ch.EXPLORER_SCALES.index(1.0)
@@ -132,11 +112,3 @@ def test_saturation_explorer_entropy_and_jacobian_fall_with_scale():
     assert norms[-1] < 0.1 * max(norms)  # saturated: almost no gradient gets through
     last = explorer.frame(scale=ch.SATURATION_SCALES[-1])
     assert f"Entropy {entropies[-1]:.2f} nats" in last and f"Jacobian norm {norms[-1]:.3f}" in last
-
-
-def test_saturation_explorer_live_draws_the_curves_through_any_scale(live):
-    explorer = ch.saturation_explorer()
-    explorer.controls[0].value = 3.3
-    a = torch.softmax(3.3 * cat_scores(), -1)
-    norm = float(torch.linalg.matrix_norm(torch.diag(a) - torch.outer(a, a)))
-    assert f"Jacobian norm {norm:.3f}" in explorer.view.value

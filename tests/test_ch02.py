@@ -1,4 +1,4 @@
-"""Chapter 2 helpers: the example, token statistics, the depth figure, the widget, the checkers."""
+"""Chapter 2 helpers: the example, token statistics, the explorer's frames, the checkers."""
 
 from __future__ import annotations
 
@@ -73,40 +73,6 @@ def test_stats_rows_print_one_line_per_token_without_negative_zero():
         ch.stats_rows(torch.zeros(3, 4))
 
 
-# --------------------------------------------------------------------------- post-LN vs pre-LN
-
-
-def test_depth_figure_has_two_labelled_panels_and_checks_its_arguments():
-    grad = {"post-LN (paper)": [0.5, 0.8, 1.0], "pre-LN": [1.4, 1.2, 1.0]}
-    rms = {"post-LN (paper)": [1.0, 1.0, 1.0], "pre-LN": [1.0, 1.3, 1.6]}
-    left, right = ch.depth_figure(grad, rms, d_model=8).axes
-    assert list(left.get_lines()[0].get_ydata()) == pytest.approx(grad["post-LN (paper)"])
-    assert list(right.get_lines()[1].get_ydata()) == pytest.approx(rms["pre-LN"])
-    with pytest.raises(ValueError, match="grad, rms"):
-        ch.depth_figure(grad, {"post-LN (paper)": [1.0, 1.0], "pre-LN": [1.0, 1.0]}, 8)
-
-
-def test_runs_panels_draws_one_panel_per_setting_and_one_line_per_run():
-    from transformer_course import plots
-
-    panels = {
-        "post-LN": {"seed 0": [2.0, 1.0, 0.5], "seed 1": [2.0, 1.5, 1.2]},
-        "pre-LN": {"seed 0": [2.0, 0.4, 0.1], "seed 1": [2.1, 0.5, 0.2]},
-        "third": {"seed 0": [1.0, 1.0, 1.0]},
-    }
-    fig = plots.runs_panels([10, 20, 30], panels, xlabel="step", ylabel="loss", logy=True)
-    visible = [ax for ax in fig.axes if ax.get_visible()]
-    assert [ax.get_title() for ax in visible] == list(panels)
-    assert [len(ax.get_lines()) for ax in visible] == [2, 2, 1]
-    assert list(visible[1].get_lines()[1].get_ydata()) == pytest.approx([2.1, 0.5, 0.2])
-    # a seed keeps its colour in every panel
-    assert visible[0].get_lines()[1].get_color() == visible[1].get_lines()[1].get_color()
-    with pytest.raises(ValueError, match=r"panels\['pre-LN'\]\['seed 0'\]: expected 3 values"):
-        plots.runs_panels([10, 20, 30], {"pre-LN": {"seed 0": [1.0]}}, xlabel="s", ylabel="l")
-    with pytest.raises(ValueError, match="panels: expected at least one setting"):
-        plots.runs_panels([10], {}, xlabel="s", ylabel="l")
-
-
 # --------------------------------------------------------------------------- widget
 
 
@@ -152,19 +118,6 @@ def test_example_input_keeps_known_words_and_gives_new_words_their_own_vectors()
     assert len({tuple(v.tolist()) for v in new}) == 4  # every new word its own vector
     stats = ch.token_stats(new)
     assert (stats["mean"].abs() < 2 + 3 * 2.5).all() and (stats["std"] > 0.1).all()
-
-
-def test_step_explorer_live_mode_steps_any_typed_sentence():
-    explorer = ch.step_explorer(live=True)
-    toggle, step, box = explorer.controls
-    box.value = "A dog sat on the rug!"
-    x = ch.example_input(0, ("A", "dog", "sat", "on", "the", "rug", "!"))
-    stats = ch.token_stats(x[0])
-    assert f"{float(stats['std'][1]):.2f}" in explorer.view.value  # the typed input's stats
-    step.index = 3  # post-LN: LayerNorm(X + MHA(X)) makes every token std 1
-    assert "Step 3 of 6" in explorer.view.value and "→ 1.00" in explorer.view.value
-    box.value = " ".join(["word"] * 13)
-    assert "sentence: expected 1 to 12 words" in explorer.status.value
 
 
 # --------------------------------------------------------------------------- exercises

@@ -1,6 +1,4 @@
-"""Chapter 3 helpers: the example, figures, widgets and checkers. What the chapter teaches (the
-mask, the layer, the leak test, decoding, the note's layer) is written and checked in the
-notebook."""
+"""Chapter 3 helpers: the example, the explorers' frames and the exercise checkers."""
 
 from __future__ import annotations
 
@@ -41,12 +39,6 @@ def test_example_batch_has_different_lengths_and_special_tokens():
 # --------------------------------------------------------------------------- figures and widgets
 
 
-def test_leak_figure_marks_the_edited_position():
-    ax = ch.leak_figure({"no mask": torch.ones(3), "mask": torch.zeros(3)}, ["a", "b", "c"], 1)
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b*", "c"]
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["no mask", "mask"]
-
-
 def example_weights(T: int = 8) -> dict[bool, torch.Tensor]:
     scores = torch.randn(T, T, generator=torch.Generator().manual_seed(0))
     masked = scores.masked_fill(~causal_mask(T), float("-inf")).softmax(dim=-1)
@@ -80,21 +72,6 @@ def readout(html: str, name: str) -> str:
     return re.search(rf"{re.escape(name)}</th>\s*<td[^>]*>([^<]*)</td>", html).group(1)
 
 
-def test_causal_mask_explorer_live_takes_any_position_and_typed_words():
-    explorer = ch.causal_mask_explorer(weights_of, example_labels(), live=True)
-    masked, query, words = explorer.controls
-    words.value = "die Katze saß auf der Matte . die Katze saß"  # 10 words: T = 11
-    query.value = "10"  # typed, not an option label
-    assert readout(explorer.view.value, "keys it may see") == "11 of 11"
-    assert readout(explorer.view.value, "weight on later tokens") == "0.00"
-    masked.index = 0  # mask off: later tokens get weight
-    query.value = "2"
-    assert readout(explorer.view.value, "keys it may see") == "11 of 11"
-    assert readout(explorer.view.value, "weight on later tokens") != "0.00"
-    words.value = "die Hund"  # a word outside the vocabulary
-    assert "words: expected 1 to 10 of" in explorer.status.value
-
-
 def changes_of(words, position, new_word, masked):
     """Stand-in for the chapter's output_change: 0 before the edit when masked, else 0.5."""
     change = torch.full((len(words),), 0.5 + 0.1 * len(new_word))
@@ -115,26 +92,6 @@ def test_leak_explorer():
     assert "they read the future" in unmasked and "die → Katze" in unmasked
     assert ">1.00</td>" in unmasked.split("before the edit")[1][:120]  # 0.5 + 0.1 * len("Katze")
     assert "Katze → die" in explorer.frame(position=2, masked=False)  # never the same word
-
-
-def test_leak_explorer_live_takes_any_input_position_and_word():
-    calls = []
-
-    def spy(words, position, new_word, masked):
-        calls.append((words, position, new_word, masked))
-        return changes_of(words, position, new_word, masked)
-
-    explorer = ch.leak_explorer(spy, example_labels(), live=True)
-    position, masked, words, word = explorer.controls
-    words.value = "die Katze saß"
-    position.value = "3"
-    word.value = "Matte"
-    assert calls[-1] == (("<bos>", "die", "Katze", "saß"), 3, "Matte", True)
-    assert "saß → Matte" in explorer.view.value and "do not move" in explorer.view.value
-    masked.index = 0
-    assert readout(explorer.view.value, "largest change before the edit") == "1.00"
-    position.value = "0"  # the first token, <bos>, cannot be edited
-    assert "position: expected 1 to 3, got 0" in explorer.status.value
 
 
 # --------------------------------------------------------------------------- exercises

@@ -1,18 +1,13 @@
-"""Chapter 5 helpers: example data, figures, widgets and exercise checkers.
-
-What the chapter teaches (the least-squares shift, the previous-token rule, the extrapolation
-experiment) is written in the notebook, which checks it against the package under nbval.
-"""
+"""Chapter 5 helpers: example data, the explorers' frames and the exercise checkers."""
 
 from __future__ import annotations
 
 import math
-import re
 
 import pytest
 import torch
 
-from transformer_course import MultiHeadAttention, experiments, plots
+from transformer_course import MultiHeadAttention, experiments
 from transformer_course.chapters import ch05_positional as ch
 from transformer_course.experiments import extrapolation
 from transformer_course.positional import PositionalEncoding, shift_matrix, sinusoidal_encoding
@@ -73,36 +68,6 @@ def test_embedding_tables_have_the_documented_scales():
         ch.embedding_table(10, 4, "orthogonal")
 
 
-# --------------------------------------------------------------------------- figures
-
-
-def test_figures_show_the_tables():
-    fig = ch.heatmap_figure(length=20, d_model=64)
-    image = fig.axes[0].images[0].get_array()
-    assert image.shape == (20, 64)
-    torch.testing.assert_close(torch.as_tensor(image.data).float(), sinusoidal_encoding(20, 64))
-    fig = ch.layouts_figure(length=10, d_model=16)
-    left, right = (torch.as_tensor(ax.images[0].get_array().data) for ax in fig.axes[:2])
-    order = [0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15]  # sines first, then cosines
-    assert torch.equal(right, left[:, order])
-    fitted = shift_matrix(2, 8, dtype=torch.float64)
-    fig = ch.shift_figure(fitted, 2)
-    shown = torch.as_tensor(fig.axes[0].images[0].get_array().data)
-    torch.testing.assert_close(shown, torch.round(fitted, decimals=6))
-
-
-def test_band_plot_draws_each_variants_mean_and_its_seeds_range():
-    runs = {"a": [[0.2, 0.4], [0.6, 0.8]], "b": [[1.0, 1.0]] * 5}
-    ax = plots.band_plot(None, [1, 2], runs, xlabel="position", ylabel="accuracy", logx=True)
-    lines = ax.get_lines()
-    assert list(lines[0].get_ydata()) == pytest.approx([0.4, 0.6])
-    assert lines[0].get_linestyle() != lines[1].get_linestyle()  # not told apart by colour alone
-    band = ax.collections[0].get_paths()[0].vertices[:, 1]
-    assert min(band) == 0.2 and max(band) == 0.8
-    with pytest.raises(ValueError, match=r"runs\['a'\]: expected \(runs, 3\)"):
-        plots.band_plot(None, [1, 2, 3], runs, xlabel="x", ylabel="y")
-
-
 # --------------------------------------------------------------------------- widgets
 
 
@@ -122,30 +87,6 @@ def test_similarity_explorer_frames():
     torch.testing.assert_close(similarity, similarity[:1].expand_as(similarity))
     lowest = min((table[0] @ table[delta]).item() / 32 for delta in range(129))
     assert f"Lowest similarity for Δ up to 128: {lowest:.2f}" in explorer.frame(d_model=64)
-
-
-def svg_texts(html: str) -> list[str]:
-    """What the picture says: the contents of every SVG <text>, in order."""
-    return [re.sub(r"<[^>]+>", "", t) for t in re.findall(r"<text[^>]*>.*?</text>", html)]
-
-
-def test_pair_explorer_live_goes_to_any_pair_and_position():
-    explorer = ch.pair_explorer(live=True)
-    explorer.controls[0].value = 9.0  # a pair no frame shows
-    explorer.controls[1].value = 5000.0  # far past the static positions: the window follows t
-    texts = svg_texts(explorer.view.value)
-    assert "Pair k = 9: dims 18 (sin) and 19 (cos)" in texts and "t = 5000" in texts
-    assert ["4968", "5032"] == [t for t in texts if t in ("4968", "5032")]  # the axis ends
-    w9 = 10000 ** (-18 / 32)
-    assert f"{math.cos(5000 * w9):+.3f}" in explorer.view.value
-
-
-def test_similarity_explorer_live_takes_any_even_d_model():
-    explorer = ch.similarity_explorer(live=True)
-    explorer.controls[0].value = 100.0  # between the frames 64 and 128
-    assert "d_model = 100" in svg_texts(explorer.view.value)
-    omega = 10000 ** (-torch.arange(0, 100, 2, dtype=torch.float64) / 100)
-    assert f"Neighbours (Δ = 1): {torch.cos(omega).mean().item():.2f}" in explorer.view.value
 
 
 # --------------------------------------------------------------------------- experiment

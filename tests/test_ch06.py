@@ -1,6 +1,4 @@
-"""Chapter 6 helpers: the example, the module names, the figure and the widget, and every checker
-tells a right answer from a wrong one. What the chapter teaches (the recorded sources, the
-rewired decoder) is written and checked in the notebook."""
+"""Chapter 6 helpers: the example, module names, the explorer's frames, the checkers."""
 
 from __future__ import annotations
 
@@ -79,14 +77,6 @@ def labels(trained, record):
     return task.labels(src[0]), task.labels(tgt_in[0])
 
 
-def test_figure_has_three_heatmaps(record, trained):
-    fig = ch.three_kinds_figure(record[3], *labels(trained, record))
-    heatmaps = [ax for ax in fig.axes if ax.images]  # the fourth axes is the colour bar
-    assert len(heatmaps) == 3
-    shapes = [ax.images[0].get_array().shape for ax in heatmaps]
-    assert shapes == [(7, 7), (8, 8), (8, 7)]  # S x S, T x T, T x S
-
-
 def test_explorer_frames(record, trained):
     weights = record[3]
     sources = {name: ("Q-" + name, "K-" + name, "V-" + name) for name in weights}
@@ -102,25 +92,6 @@ def test_explorer_frames(record, trained):
 def readout(html: str, name: str) -> str:
     """The value of one row of a frame's readout table."""
     return re.search(rf"{re.escape(name)}</th>\s*<td[^>]*>([^<]*)</td>", html).group(1)
-
-
-def test_explorer_live_records_a_typed_source_once(record, trained):
-    model, task, _ = trained
-    calls = []
-
-    def rerecord(text):
-        calls.append(text)
-        src, tgt_in = ch.example_batch(task, text)
-        with torch.no_grad(), recording_attention(model) as weights:
-            model(src, tgt_in)
-        return weights, task.labels(src[0]), task.labels(tgt_in[0])
-
-    sources = {name: ("Q", "K", "V") for name in record[3]}
-    explorer = ch.attention_explorer(record[3], sources, *labels(trained, record), rerecord, True)
-    module, head, digits = explorer.controls
-    digits.value = "1 2 3"
-    module.index = 0  # encoder layer 1: another module of the same typed source
-    assert readout(explorer.view.value, "weights") == "3 x 3" and calls == ["1 2 3"]  # cached
 
 
 # --------------------------------------------------------------------------- exercises

@@ -1,5 +1,4 @@
-"""Chapter 7 helpers: the example data, the instruments the chapter measures with, figures,
-the widget and the exercise checkers."""
+"""Chapter 7 helpers: the example data, the instruments it measures with, the explorer, checkers."""
 
 from __future__ import annotations
 
@@ -53,30 +52,6 @@ def test_peak_memory_of_the_contestants_match_their_tensors():
     assert peak_memory(lambda: broadcast_dot(q, k)) == 4 * B * T * S * (d + 1)
 
 
-@pytest.mark.slow
-def test_memory_tracker_agrees_with_the_profilers_allocator_events():
-    from torch.profiler import ProfilerActivity, profile
-
-    def profiler_peak(fn) -> int:
-        with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as p:
-            out = fn()
-            del out
-        events = [e for e in p.profiler.kineto_results.events() if e.name() == "[memory]"]
-        current = peak = 0
-        for event in sorted(events, key=lambda e: e.start_ns()):
-            current += event.nbytes()
-            peak = max(peak, current)
-        return peak
-
-    q, k = torch.randn(2, 40, 16), torch.randn(2, 24, 16)
-    scorers = [make_scorer(name, 16) for name in SCORER_NAMES] + [broadcast_dot]
-    for scorer in scorers:
-        ours = peak_memory(lambda scorer=scorer: scorer(q, k))
-        theirs = profiler_peak(lambda scorer=scorer: scorer(q, k))
-        # the allocator may see a few bytes of scalars more (cosine's norm clamp)
-        assert ours <= theirs <= ours + 64, scorer
-
-
 def test_tracemalloc_does_not_see_torch_memory():
     import tracemalloc
 
@@ -105,14 +80,6 @@ def test_format_bytes():
 # --------------------------------------------------------------------------- figures
 
 
-def test_scoring_figure_has_both_panels():
-    times = {"dot": [0.1, 0.2], "additive": [0.3, 0.9]}
-    peaks = {"dot": [64, 256], "additive": [2**20, 2**22]}
-    time_ax, memory_ax = ch.scoring_figure([4, 8], times, peaks, d=4, threads=1).axes
-    assert list(time_ax.get_lines()[1].get_ydata()) == [0.3, 0.9]  # ms as given
-    assert list(memory_ax.get_lines()[1].get_ydata()) == [1.0, 4.0]  # bytes drawn in MiB
-
-
 def test_scorer_styles_are_distinct_readable_and_cover_every_scorer():
     """Each scorer is told apart by more than colour, and every colour reads on white (>= 3:1)."""
     assert set(ch.SCORER_STYLES) == set(ch.MEASURE_NAMES) >= set(SCORER_NAMES)
@@ -125,19 +92,6 @@ def test_scorer_styles_are_distinct_readable_and_cover_every_scorer():
     for a, b in itertools.combinations(ch.SCORER_STYLES.values(), 2):
         if a["color"] == b["color"]:
             assert a["linestyle"] != b["linestyle"]
-
-
-def test_loss_figure_draws_every_run_and_their_mean_per_scorer():
-    ax = ch.loss_figure({"dot": [[2.0] * 80] * 2, "bilinear": [[2.0] * 80] * 3}, window=5)
-    dot, bilinear = ax.get_lines()[:2]  # the means come first, in the legend
-    # Identical curves, yet their markers fall on different steps, so both stay visible.
-    assert dot.get_markevery() != bilinear.get_markevery()
-    # the running mean of each run is drawn, and the mean of those runs on top
-    rising = ch.loss_figure({"additive": [[1.0, 3.0, 5.0, 7.0], [3.0, 5.0, 7.0, 9.0]]}, window=2)
-    mean_line, first, second = rising.get_lines()
-    assert list(first.get_ydata()) == [1.0, 2.0, 4.0, 6.0]
-    assert list(second.get_ydata()) == [3.0, 4.0, 6.0, 8.0]
-    assert list(mean_line.get_ydata()) == [2.0, 3.0, 5.0, 7.0]
 
 
 def test_runs_plot_labels_log_minor_ticks_in_plain_numbers():
@@ -197,20 +151,6 @@ def test_length_angle_takes_a_temperature_and_a_query_length():
     cool = ch.length_angle(45, 1.0)
     assert hot.dot_weights.max() > cool.dot_weights.max()
     torch.testing.assert_close(hot.cosines, cool.cosines)
-
-
-def test_explorer_live_mode_recomputes_any_length_and_typed_values():
-    explorer = ch.length_angle_explorer(live=True)
-    angle, length, temperature, query_length = explorer.controls
-    angle.value, length.value = -30.0, 2.35  # below the x axis, between the frames: no frame
-    assert f">{1.5 * 2.35 * math.cos(math.radians(-30)):.2f}<" in explorer.view.value
-    temperature.value = "0.25"
-    assert "softmax(cos / 0.25)" in explorer.view.value and explorer.status.value == ""
-    query_length.value = "2"
-    assert ">2, 2.35<" in explorer.view.value  # |q|, |k|
-    assert f">{2 * 2.35 * math.cos(math.radians(-30)):.2f}<" in explorer.view.value
-    query_length.value = "5"
-    assert "query length: expected a number from 0.01 to 3" in explorer.status.value
 
 
 # --------------------------------------------------------------------------- exercises

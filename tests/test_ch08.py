@@ -1,6 +1,4 @@
-"""Chapter 8 helpers: the random data has the assumed statistics, the Jacobian norm is right,
-the figures draw what they are given, the widget and the checkers. The computations the chapter
-teaches are in the notebook, checked there by its own assert cells."""
+"""Chapter 8 helpers: the random data's statistics, the Jacobian norm, the explorer, checkers."""
 
 from __future__ import annotations
 
@@ -58,18 +56,6 @@ def test_dot_products_have_variance_d_k():
     assert [round(float(r), 1) for r in coins] == [1.0, 1.0]
 
 
-def test_variance_figure_has_both_panels():
-    fig = ch.variance_figure([1, 4, 16], [1.0, 4.1, 15.8], [1.0, 1.02, 0.99])
-    left, right = fig.axes
-    assert len(left.get_lines()) == 3
-    # Measurements as points, the derivation as a line: visible although they coincide.
-    measured, scaled, derivation = left.get_lines()
-    assert measured.get_linestyle() == scaled.get_linestyle() == "None"
-    assert measured.get_marker() != "None" and derivation.get_linestyle() == "--"
-    assert list(derivation.get_ydata()) == [1.0, 4.0, 16.0]
-    assert len(right.patches) == len(ch.HISTOGRAM_DIMS)
-
-
 # --------------------------------------------------------------------------- saturation
 
 
@@ -80,16 +66,6 @@ def test_random_attention_shapes_and_seed():
     assert torch.equal(q, q2) and torch.equal(K, K2)  # the same vectors scaled and unscaled
     q_s, _ = ch.random_attention(16, n_queries=4, dist="sign")
     assert set(q_s.unique().tolist()) == {-1.0, 1.0}
-
-
-def test_saturation_figure():
-    dims = [1, 4, 16]
-    entropies = {True: [1.8, 1.7, 1.7], False: [1.8, 1.3, 0.7]}
-    largest = {True: [0.3, 0.35, 0.36], False: [0.3, 0.5, 0.75]}
-    fig = ch.saturation_figure(dims, entropies, largest)
-    assert [len(ax.get_lines()) for ax in fig.axes] == [3, 3]
-    assert list(fig.axes[1].get_lines()[1].get_ydata()) == largest[False]
-    assert fig.axes[0].get_lines()[2].get_ydata()[0] == pytest.approx(math.log(ch.N_KEYS))
 
 
 # --------------------------------------------------------------------------- the Jacobian
@@ -113,27 +89,6 @@ def test_jacobian_norm_bounds_and_extremes():
 
 
 # --------------------------------------------------------------------------- training
-
-
-def fake_rows(points=4):
-    """Rows shaped like experiments/score_scaling's: 2 seeds x 2 head sizes x divided or not."""
-    grid = [(d_k, scaled, seed) for d_k in (8, 128) for scaled in (True, False) for seed in (0, 1)]
-    return [
-        {"d_k": d_k, "n_heads": 128 // d_k, "scaled": scaled, "seed": seed}
-        | {"curve": [2.0 - 0.1 * (i + seed) * scaled for i in range(points)]}
-        for d_k, scaled, seed in grid
-    ]
-
-
-def test_scaling_figure_draws_every_run_and_the_means():
-    fig = ch.scaling_figure(fake_rows(), log_every=10)
-    lines = fig.axes[0].get_lines()
-    assert len(lines) == 2 * (1 + 2) + 1  # the means, 2 runs per setting, and log 10
-    means, runs = lines[:2], lines[2:6]
-    assert list(runs[0].get_xdata()) == [10, 20, 30, 40]
-    assert list(means[0].get_ydata()) == pytest.approx([1.95, 1.85, 1.75, 1.65])
-    assert [list(r.get_ydata()) for r in runs[:2]] == [[2.0, 1.9, 1.8, 1.7], [1.9, 1.8, 1.7, 1.6]]
-    assert means[1].get_linestyle() != means[0].get_linestyle()  # not by colour alone
 
 
 def test_runs_plot_refuses_runs_of_the_wrong_length():
@@ -230,29 +185,6 @@ def test_parse_multiplier_reads_numbers_fractions_and_roots_and_refuses_the_rest
     for text in ("abc", "0", "1/0", "11", "nan", "1/sqrt(-4)"):
         with pytest.raises(ValueError, match=r"multiplier: expected auto or a number in \(0, 10\]"):
             ch.parse_multiplier(text)
-
-
-def test_live_explorer_renders_a_d_k_between_the_frames():
-    explorer = ch.saturation_explorer(live=True)  # as in a reader's kernel
-    d_k, scaled, _, _ = explorer.controls
-    d_k.value = 100.0  # between the frames 64 and 128
-    p = torch.softmax(ch.widget_scores(100, scaled=True), dim=-1)
-    assert "1/√d_k = 0.1" in explorer.view.value and f"{float(p.max()):.3f}" in explorer.view.value
-    scaled.value = False  # the division off, at the same d_k
-    top2 = ch.widget_scores(100).topk(2).values
-    assert f"leads by {float(top2[0] - top2[1]):.2f}" in explorer.view.value
-
-
-def test_live_explorer_takes_a_typed_multiplier_and_seed():
-    explorer = ch.saturation_explorer(live=True)  # as in a reader's kernel
-    _, _, multiplier, seed = explorer.controls
-    multiplier.value, seed.value = "1/sqrt(512)", "3"  # the wrong d of the pitfall, at d_k = 64
-    z = ch.widget_scores(64, seed=3) / math.sqrt(512)
-    entropy = float(-(torch.softmax(z, -1) * torch.log_softmax(z, -1)).sum())
-    assert f"{entropy:.2f} nats" in explorer.view.value
-    assert f"{float(z.std()):.2f}" in explorer.view.value
-    multiplier.value = "auto"
-    assert "1/√d_k = 0.125" in explorer.view.value
 
 
 def test_live_explorer_writes_huge_weight_ratios_as_powers_of_ten(monkeypatch):

@@ -1,7 +1,4 @@
-"""Tests of chapter 9's module: figures, the alignment and its explorer, the exercise checkers.
-
-The loss, the schedule, the training loop and greedy decoding are written out in the notebook,
-which asserts them equal to the package (checked under nbval)."""
+"""Chapter 9 helpers: the alignment, its explorer and the exercise checkers."""
 
 from __future__ import annotations
 
@@ -19,7 +16,6 @@ from transformer_course.training import (
     EOS,
     PAD,
     DigitTask,
-    TrainConfig,
     load_trained_model,
 )
 
@@ -47,17 +43,6 @@ def record_alignment(model, task, text):
 def alignment(trained):
     model, task, _ = trained
     return record_alignment(model, task, ch.ALIGNMENT_TEXT)
-
-
-# --------------------------------------------------------------------------- figures
-
-
-def test_length_figure_draws_accuracy_in_percent():
-    fig = ch.length_figure({1: 0.0, 2: 1.0, 3: 1.0, 4: 0.5}, trained=(2, 3))
-    bars = fig.axes[0].containers[0]
-    assert [round(bar.get_height()) for bar in bars] == [0, 100, 100, 50]
-    with pytest.raises(ValueError, match="losses"):
-        ch.loss_figure([], TrainConfig(steps=50, warmup=5))
 
 
 # --------------------------------------------------------------------------- alignment
@@ -131,17 +116,6 @@ def test_alignment_explorer(alignment):
     frame = explorer.frame(layer=1, head=None)
     assert "Layer 2, mean of heads" in frame
     assert all(token in frame for token in alignment.source)
-
-
-def test_alignment_explorer_live_runs_typed_digits(trained, alignment):
-    model, task, _ = trained
-    explorer = ch.alignment_explorer(
-        alignment, lambda text: record_alignment(model, task, text), live=True
-    )
-    explorer.controls[-1].value = "9 8 7 6 5 4 3 2 1 0"  # the longest the book's text allows
-    explorer.controls[1].index = 0  # head 1 of the same digits
-    assert "Layer 2, head 1" in explorer.view.value
-    assert "0 1 2 3 4 5 6 7 8 9 (the reversal)" in explorer.view.value
 
 
 def test_alignment_explorer_says_when_the_answer_is_not_the_reversal(alignment):

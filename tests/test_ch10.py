@@ -10,7 +10,6 @@ requirements.txt) and share one computation of its attention per module.
 from __future__ import annotations
 
 import math
-from html import escape
 
 import pytest
 import torch
@@ -202,39 +201,11 @@ def attend(sentence):
     return one.labels(0), pretrained.attention_weights(model, one)[:, 0]  # (L, h, n, n)
 
 
-def test_head_explorer_live_runs_a_typed_sentence(study):
-    explorer = ch.head_explorer(study, run=attend, live=True)
-    explorer.controls[-1].value = "Transformers tokenize unbelievably"
-    tokens, weights = attend(explorer.controls[-1].value)
-    assert "##ize" in tokens  # word pieces, not words, label the heatmaps
-    assert all(f">{escape(t)}<" in explorer.view.value for t in tokens)
-    explorer.controls[0].value, explorer.controls[1].value = 5, 11  # the last layer and head
-    here = ch.sentence_scores(weights[5, 11], tokens)["[CLS]"]
-    assert "Layer 6, head 12" in explorer.view.value and f"{float(here):.2f}" in explorer.view.value
-    explorer.controls[-1].value = "word " * 20
-    assert "sentence: expected 1 to 14 word pieces" in explorer.status.value
-
-
 def test_pattern_explorer(study):
     explorer = ch.pattern_explorer(study)
     frame = explorer.frame(pattern="previous token", sentence=1)
     assert "L1 H3" in frame and "dog" in frame
     assert ch.pattern_explorer(study, run=attend, live=False).frames == explorer.frames
-
-
-def test_pattern_explorer_live_takes_a_typed_sentence(study):
-    explorer = ch.pattern_explorer(study, run=attend, live=True)
-    pattern, box = explorer.controls
-    box.value = "Owls hunt mice at night, and owls sleep by day."
-    tokens, weights = attend(box.value)
-    pattern.index = ch.FIGURE_PATTERNS.index("[CLS]")  # the options follow FIGURE_PATTERNS
-    layer, head, _ = ch.top_heads(study.scores["[CLS]"])[0]
-    here = ch.sentence_scores(weights[layer, head], tokens)["[CLS]"]
-    assert ch.head_name(layer, head) in explorer.view.value
-    assert f"{float(here):.2f}</" in explorer.view.value
-    assert f"{1 / len(tokens):.2f}</" in explorer.view.value  # uniform for this length
-    box.value = ch.EXPLORER_SENTENCES[1]  # a preset again: its precomputed weights
-    assert explorer.status.value == "" and ">dog<" in explorer.view.value
 
 
 def test_check_next_token_head(study):

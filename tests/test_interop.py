@@ -11,27 +11,24 @@ from transformer_course.interop import gradients_from_torch, load_from_torch
 from transformer_course.layers import EncoderLayer
 from transformer_course.model import Decoder, Encoder, Transformer
 
-D_MODEL, N_HEADS, D_FF = 16, 4, 32
-B, T, S = 3, 5, 7
+D, H, FF = 16, 4, 32  # d_model, n_heads, d_ff
 
 
 pytestmark = pytest.mark.usefixtures("one_thread", "no_torch_fast_path")
 
 
 def _their_encoder_layer(**kwargs) -> nn.TransformerEncoderLayer:
-    args = dict(d_model=D_MODEL, nhead=N_HEADS, dim_feedforward=D_FF, batch_first=True)
+    args = dict(d_model=D, nhead=H, dim_feedforward=FF, batch_first=True)
     return nn.TransformerEncoderLayer(**{**args, **kwargs})
 
 
 def _their_transformer(n_encoder_layers: int, n_decoder_layers: int, **kwargs) -> nn.Transformer:
-    args = dict(dim_feedforward=D_FF, batch_first=True)
-    return nn.Transformer(
-        D_MODEL, N_HEADS, n_encoder_layers, n_decoder_layers, **{**args, **kwargs}
-    )
+    args = dict(dim_feedforward=FF, batch_first=True)
+    return nn.Transformer(D, H, n_encoder_layers, n_decoder_layers, **{**args, **kwargs})
 
 
 def _their_decoder_layer(**kwargs) -> nn.TransformerDecoderLayer:
-    args = dict(d_model=D_MODEL, nhead=N_HEADS, dim_feedforward=D_FF, batch_first=True)
+    args = dict(d_model=D, nhead=H, dim_feedforward=FF, batch_first=True)
     return nn.TransformerDecoderLayer(**{**args, **kwargs})
 
 
@@ -41,10 +38,10 @@ def _their_decoder_layer(**kwargs) -> nn.TransformerDecoderLayer:
 @pytest.mark.parametrize("bias", [True, False])
 def test_multihead_attention_weights_go_to_their_projections(bias):
     """in_proj_weight stacks W^Q, W^K, W^V row-wise (test_attention compares the outputs)."""
-    theirs = nn.MultiheadAttention(D_MODEL, N_HEADS, bias=bias, batch_first=True)
-    ours = load_from_torch(MultiHeadAttention(D_MODEL, N_HEADS, bias=bias), theirs)
+    theirs = nn.MultiheadAttention(D, H, bias=bias, batch_first=True)
+    ours = load_from_torch(MultiHeadAttention(D, H, bias=bias), theirs)
     for i, proj in enumerate((ours.q_proj, ours.k_proj, ours.v_proj)):
-        rows = slice(i * D_MODEL, (i + 1) * D_MODEL)
+        rows = slice(i * D, (i + 1) * D)
         assert torch.equal(proj.weight, theirs.in_proj_weight[rows])
         assert not bias or torch.equal(proj.bias, theirs.in_proj_bias[rows])
     assert torch.equal(ours.out_proj.weight, theirs.out_proj.weight)
@@ -52,7 +49,7 @@ def test_multihead_attention_weights_go_to_their_projections(bias):
 
 def test_load_returns_ours_and_copies_values_not_storage():
     theirs = _their_encoder_layer()
-    ours = EncoderLayer(D_MODEL, N_HEADS, D_FF)
+    ours = EncoderLayer(D, H, FF)
     assert load_from_torch(ours, theirs) is ours
     assert torch.equal(ours.ff.linear1.weight, theirs.linear1.weight)
     assert torch.equal(ours.norm2.bias, theirs.norm2.bias)
@@ -65,7 +62,7 @@ def test_load_returns_ours_and_copies_values_not_storage():
 def test_every_parameter_of_ours_is_written():
     """Fill ours with NaN first: after loading, nothing may be left over."""
     theirs = _their_transformer(2, 2, norm_first=True, bias=False)
-    kwargs = dict(d_model=D_MODEL, n_heads=N_HEADS, d_ff=D_FF, norm_first=True, bias=False)
+    kwargs = dict(d_model=D, n_heads=H, d_ff=FF, norm_first=True, bias=False)
     ours = (Encoder(2, final_norm=True, **kwargs), Decoder(2, final_norm=True, **kwargs))
     for module in ours:
         for p in module.parameters():
@@ -80,7 +77,7 @@ def test_every_parameter_of_ours_is_written():
 
 def test_gradients_from_torch_names_only_what_was_loaded():
     theirs = _their_transformer(1, 1)
-    ours = Transformer(11, 13, D_MODEL, N_HEADS, 1, D_FF, final_norm=True)
+    ours = Transformer(11, 13, D, H, 1, FF, final_norm=True)
     for p in theirs.parameters():
         p.grad = torch.ones_like(p)
     grads = gradients_from_torch(ours, theirs)
@@ -93,37 +90,36 @@ def test_gradients_from_torch_names_only_what_was_loaded():
 # -------------------- Errors: wrong types (TypeError) and mismatched sizes or options (ValueError)
 
 
+def mha(**kwargs) -> MultiHeadAttention:
+    return MultiHeadAttention(D, H, **kwargs)
+
+
+def layer(**kwargs) -> EncoderLayer:
+    return EncoderLayer(D, H, FF, **kwargs)
+
+
+def their_mha(d_model: int = D, n_heads: int = H, **kwargs) -> nn.MultiheadAttention:
+    return nn.MultiheadAttention(d_model, n_heads, **kwargs)
+
+
+def _stack(cls, n_layers=2, **kwargs):
+    return cls(n_layers, D, H, FF, **kwargs)
+
+
 @pytest.mark.parametrize(
     ("ours", "theirs", "match"),
     [
+        (layer(), nn.Linear(2, 2), r"^theirs: expected one of .*got Linear"),
         (
-            EncoderLayer(D_MODEL, N_HEADS, D_FF),
-            nn.Linear(2, 2),
-            r"^theirs: expected one of .*got Linear",
-        ),
-        (
-            MultiHeadAttention(D_MODEL, N_HEADS),
+            mha(),
             _their_encoder_layer(),
-            "^ours: expected EncoderLayer to receive nn.TransformerEncoderLayer, "
-            "got MultiHeadAttention",
+            "^ours: expected EncoderLayer to receive .*, got MultiHead",
         ),
+        (layer(), _their_decoder_layer(), "^ours: expected DecoderLayer"),
+        (their_mha(), their_mha(), "^ours: expected MultiHeadAttention"),
+        (_stack(Encoder, 1), _their_transformer(1, 1), r"^ours: expected a Transformer or an \("),
         (
-            EncoderLayer(D_MODEL, N_HEADS, D_FF),
-            _their_decoder_layer(),
-            "^ours: expected DecoderLayer",
-        ),
-        (
-            nn.MultiheadAttention(D_MODEL, N_HEADS),
-            nn.MultiheadAttention(D_MODEL, N_HEADS),
-            "^ours: expected MultiHeadAttention",
-        ),
-        (
-            Encoder(1, D_MODEL, N_HEADS, D_FF),
-            _their_transformer(1, 1),
-            r"^ours: expected a Transformer or an \(Encoder, Decoder\) pair",
-        ),
-        (
-            (Decoder(1, D_MODEL, N_HEADS, D_FF), Encoder(1, D_MODEL, N_HEADS, D_FF)),
+            (_stack(Decoder, 1), _stack(Encoder, 1)),
             _their_transformer(1, 1),
             r"^ours: .*got tuple of \(Decoder, Encoder\)",
         ),
@@ -134,78 +130,41 @@ def test_unsupported_pairs_raise_type_error(ours, theirs, match):
         load_from_torch(ours, theirs)
 
 
-def _stack(cls, n_layers=2, **kwargs):
-    return cls(n_layers, D_MODEL, N_HEADS, D_FF, **kwargs)
-
-
 @pytest.mark.parametrize(
     ("ours", "theirs", "match"),
     [
+        (mha(), their_mha(2 * D), "^theirs: expected d_model=16 as in ours, got d_model=32"),
+        (mha(), their_mha(D, 2), "^theirs: expected n_heads=4 as in ours, got n_heads=2"),
+        (mha(), their_mha(bias=False), "^theirs: expected bias=True as in ours, got bias=False"),
+        (mha(), their_mha(kdim=8), "^theirs: expected kdim = vdim = embed_dim"),
+        (mha(), their_mha(add_bias_kv=True), "^theirs: add_bias_kv"),
+        (mha(scale=1.0), their_mha(), r"^ours: expected scale 1/sqrt\(d_k\)"),
         (
-            MultiHeadAttention(D_MODEL, N_HEADS),
-            nn.MultiheadAttention(2 * D_MODEL, N_HEADS),
-            r"^theirs: expected d_model=16 as in ours, got d_model=32",
-        ),
-        (
-            MultiHeadAttention(D_MODEL, N_HEADS),
-            nn.MultiheadAttention(D_MODEL, 2),
-            r"^theirs: expected n_heads=4 as in ours, got n_heads=2",
-        ),
-        (
-            MultiHeadAttention(D_MODEL, N_HEADS),
-            nn.MultiheadAttention(D_MODEL, N_HEADS, bias=False),
-            "^theirs: expected bias=True as in ours, got bias=False",
-        ),
-        (
-            MultiHeadAttention(D_MODEL, N_HEADS),
-            nn.MultiheadAttention(D_MODEL, N_HEADS, kdim=8),
-            "^theirs: expected kdim = vdim = embed_dim",
-        ),
-        (
-            MultiHeadAttention(D_MODEL, N_HEADS),
-            nn.MultiheadAttention(D_MODEL, N_HEADS, add_bias_kv=True),
-            "^theirs: add_bias_kv",
-        ),
-        (
-            MultiHeadAttention(D_MODEL, N_HEADS, scale=1.0),
-            nn.MultiheadAttention(D_MODEL, N_HEADS),
-            r"^ours: expected scale 1/sqrt\(d_k\)",
-        ),
-        (
-            EncoderLayer(D_MODEL, N_HEADS, D_FF, attn_score="cosine"),
+            layer(attn_score="cosine"),
             _their_encoder_layer(),
-            r"^ours.self_attn: expected the scaled dot-product score"
-            r".*got a custom score CosineScore",
+            r"^ours.self_attn: expected the scaled dot-product score.*got a custom score Cosine",
         ),
         (
-            EncoderLayer(D_MODEL, N_HEADS, D_FF),
+            layer(),
             _their_encoder_layer(norm_first=True),
-            "^theirs: expected norm_first=False as in ours, got norm_first=True",
+            "^theirs: expected norm_first=False as in",
         ),
+        (layer(), _their_encoder_layer(activation="gelu"), "^theirs: expected activation=relu as"),
         (
-            EncoderLayer(D_MODEL, N_HEADS, D_FF),
-            _their_encoder_layer(activation="gelu"),
-            "^theirs: expected activation=relu as in ours, got activation=gelu",
-        ),
-        (
-            EncoderLayer(D_MODEL, N_HEADS, D_FF, activation=torch.tanh),
+            layer(activation=torch.tanh),
             _their_encoder_layer(),
             "^theirs: expected activation=.*tanh.* as in ours, got activation=relu",
         ),
+        (layer(), _their_encoder_layer(dim_feedforward=64), "^theirs: expected d_ff=32 as in ours"),
         (
-            EncoderLayer(D_MODEL, N_HEADS, D_FF),
-            _their_encoder_layer(dim_feedforward=64),
-            "^theirs: expected d_ff=32 as in ours, got d_ff=64",
-        ),
-        (
-            EncoderLayer(D_MODEL, N_HEADS, D_FF),
+            layer(),
             _their_encoder_layer(layer_norm_eps=1e-6),
             r"^theirs.norm1: expected layer_norm_eps=1e-05 as in ours, got layer_norm_eps=1e-06",
         ),
         (
-            EncoderLayer(D_MODEL, N_HEADS, D_FF),
+            layer(),
             _their_encoder_layer(nhead=8),
-            "^theirs.self_attn: expected n_heads=4 as in ours, got n_heads=8",
+            "^theirs.self_attn: expected n_heads=4 as in ours",
         ),
         (
             _stack(Encoder, 2),
@@ -223,7 +182,7 @@ def _stack(cls, n_layers=2, **kwargs):
             r"^theirs.layers\[0\]: expected norm_first=True as in ours, got norm_first=False",
         ),
         (
-            Transformer(11, 13, D_MODEL, N_HEADS, 2, D_FF, final_norm=True),
+            Transformer(11, 13, D, H, 2, FF, final_norm=True),
             _their_transformer(2, 3),
             "^theirs.decoder: expected n_layers=2 as in ours, got n_layers=3",
         ),

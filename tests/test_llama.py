@@ -8,10 +8,6 @@ shared through fixtures) and import transformers.
 from __future__ import annotations
 
 import importlib.metadata
-import math
-import re
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -152,19 +148,6 @@ def test_cached_steps_equal_the_whole_sequence():
     assert cache.length == 12 and cache.next_position.tolist() == [12, 12]
 
 
-def test_a_left_padded_row_gives_the_logits_of_the_row_alone():
-    model = tiny_model()
-    prompts = [[5, 9, 2, 7, 7, 1, 30], [11, 3, 8]]
-    tokens, mask = left_pad(prompts, pad_id=0)  # (2, 7), (2, 1, 1, 7)
-    assert tokens[1].tolist() == [0, 0, 0, 0, 11, 3, 8]
-    assert mask[1, 0, 0].tolist() == [False] * 4 + [True] * 3
-    with torch.no_grad():
-        batch = model(tokens, mask)
-        alone = model(torch.tensor([prompts[1]]))
-    torch.testing.assert_close(batch[1, 4:], alone[0], atol=1e-5, rtol=0)
-    assert not torch.isnan(batch).any()  # padding queries attend to nothing: zeros, not NaN
-
-
 def test_generation_cached_uncached_batched_and_alone_agree():
     model = tiny_model()
     prompts = [[5, 9, 2, 7, 7, 1, 30], [11, 3, 8], [4]]
@@ -200,19 +183,11 @@ def test_sampling_is_seeded_and_top_k_limits_the_choice():
     for _ in range(20):
         token = next_token(logits, 2.0, 3, generator)
         assert bool((top3 == token[:, None]).any(dim=1).all())
-    model = tiny_model()
-    run = [
-        generate(
-            model,
-            [[1, 2, 3]],
-            8,
-            temperature=0.9,
-            top_k=5,
-            generator=torch.Generator().manual_seed(3),
-        )
-        for _ in range(2)
-    ]
-    assert torch.equal(run[0], run[1])
+    model, runs = tiny_model(), []
+    for _ in range(2):
+        generator.manual_seed(3)
+        runs.append(generate(model, [[1, 2, 3]], 8, temperature=0.9, top_k=5, generator=generator))
+    assert torch.equal(runs[0], runs[1])
 
 
 def test_attention_weights_of_every_layer_and_head():
@@ -367,30 +342,9 @@ BAD_INPUTS = [
     (lambda m: LlamaConfig(n_heads=9, n_kv_heads=4), ValueError, "n_kv_heads: expected a divisor"),
     (lambda m: KVCache(TINY, 1, 41), ValueError, "capacity: expected at most the context length"),
 ]
-BAD_INPUT_IDS = [
-    "float tokens",
-    "token id out of range",
-    "mask shape",
-    "right padding",
-    "cache batch",
-    "positions shape",
-    "prompts a str",
-    "empty prompt",
-    "prompt id out of range",
-    "max_new_tokens 0",
-    "negative temperature",
-    "top_k too large",
-    "generator not one",
-    "model not a Llama",
-    "attention d_model",
-    "block cos shape",
-    "norm NaN",
-    "odd d_k",
-    "float positions",
-    "cos not broadcastable",
-    "kv heads not dividing",
-    "cache beyond context",
-]
+
+
+BAD_INPUT_IDS = [message.replace("\\", "") for *_, message in BAD_INPUTS]
 
 
 @pytest.mark.parametrize(("call", "error", "message"), BAD_INPUTS, ids=BAD_INPUT_IDS)
@@ -424,17 +378,6 @@ def reference(smollm2):
     """transformers' LlamaForCausalLM and tokenizer from the same file."""
     pytest.importorskip("transformers", reason="transformers is not installed")
     return gguf_loader.reference_model(), gguf_loader.reference_tokenizer()
-
-
-@pytest.mark.slow
-def test_the_loaded_model_has_smollm2s_sizes(smollm2):
-    model, tokenizer = smollm2
-    # eps is stored as a float32 in the file: 9.999999747e-06, which transformers uses too.
-    assert math.isclose(model.config.norm_eps, 1e-5, rel_tol=1e-6)
-    assert model.config == LlamaConfig(norm_eps=model.config.norm_eps)
-    assert count_parameters(model) == 134_515_008
-    assert not model.training
-    assert (tokenizer.bos_id, tokenizer.eos_id, len(tokenizer)) == (1, 2, 49152)
 
 
 @pytest.mark.slow
@@ -525,15 +468,6 @@ def test_greedy_generation_equals_transformers_for_60_tokens(smollm2, reference)
 
 
 @pytest.mark.slow
-def test_batched_generation_equals_each_prompt_alone(smollm2):
-    model, tokenizer = smollm2
-    prompts = [tokenizer.encode(text) for text in PROMPTS]
-    batch = generate(model, prompts, 12)
-    for b, ids in enumerate(prompts):
-        assert batch[b].tolist() == generate(model, [ids], 12)[0].tolist()
-
-
-@pytest.mark.slow
 def test_a_truncated_file_is_refused(tmp_path):
     data = gguf_loader.model_path().read_bytes()
     cut = tmp_path / "cut.gguf"
@@ -553,61 +487,3 @@ def test_a_file_of_another_architecture_is_refused(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(ValueError, match="general.architecture: expected 'llama', got 'mamba'"):
         gguf_loader.load_llama(path)
-
-
-@pytest.mark.slow
-def test_attention_weights_of_all_270_heads(smollm2):
-    model, tokenizer = smollm2
-    tokens = torch.tensor([tokenizer.encode(PROMPTS[0])])
-    weights = attention_weights(model, tokens)
-    T = tokens.shape[1]
-    assert weights.shape == (30, 1, 9, T, T)
-    torch.testing.assert_close(weights.sum(-1), torch.ones(30, 1, 9, T))
-    assert math.isclose(float(weights[0, 0, 0, 0, 0]), 1.0)  # the first token sees only itself
-
-
-# --------------------------------------------------------------------------- the benchmark
-
-
-@pytest.fixture(scope="module")
-def benchmarks():
-    """benchmarks/ importable as the scripts see it (run_all, bench_llm, common)."""
-    folder = str(Path(__file__).resolve().parent.parent / "benchmarks")
-    sys.path.insert(0, folder)
-    yield
-    sys.path.remove(folder)
-
-
-@pytest.mark.slow
-def test_the_llm_benchmark_writes_its_tables(smollm2, reference, benchmarks):
-    import bench_llm
-
-    model, tokenizer = smollm2
-    theirs, _ = reference
-    section = bench_llm.measure(model, tokenizer, theirs, smoke=True)  # checks the tokens agree
-    text = section.markdown()
-    for row in ("| generate 3 tokens (cached) |", "| time to the first token |"):
-        assert row in text
-    assert re.search(r"\| generate 3 tokens \| [\d.]+ \[.*\] \| [\d.]+ \[", text)
-    assert [t.met for t in section.targets] == [None]  # a smoke run judges nothing
-
-
-def test_run_all_update_replaces_one_section_and_keeps_the_rest(benchmarks, tmp_path):
-    import common
-    import run_all
-
-    old = (Path(run_all.__file__).parent / "RESULTS.md").read_text()
-    section = common.Section("test", "A real LLM: a test")
-    section.add("| a | b |\n| :--- | ---: |\n| x | 1 |")
-    section.targets.append(common.Target("LLM test target", "0.5", "<= 1.00", True))
-    section.seconds = 42
-    once = run_all.update(old, [section], "Updated by a test: 'A real LLM: a test'")
-    section.body = ["| a | b |\n| :--- | ---: |\n| x | 2 |"]
-    twice = run_all.update(once, [section], "Updated by a test: 'A real LLM: a test'")
-    assert twice.count("## A real LLM: a test") == 1 and "| x | 2 |" in twice
-    assert twice.count("Updated by a test") == 1
-    assert twice.count("| LLM test target | 0.5 | <= 1.00 | yes |") == 1
-    assert "| bench_test.py | 42 |" in twice
-    # Every line of the old file is still there, in the same order.
-    kept = iter(twice.splitlines())
-    assert all(any(line == new for new in kept) for line in old.splitlines())

@@ -1,8 +1,5 @@
-"""Publishing: the repository and launch buttons, the notebooks' install cell, Binder.
+"""Publishing: the notebooks' install cell, Binder.
 
-- `repository.url` in _config.yml is the one place the repository is named. A book built with a
-  sample URL has the repository, issue and edit buttons and the Binder and Colab launch links, with
-  zero warnings.
 - Every notebook carries exactly one install cell, the one tools/stamp_install_cell.py derives from
   _config.yml; it prints nothing where the package is installed (nbval compares outputs), installs
   the package from the repository where it is not (Colab), then says to restart if the session
@@ -14,155 +11,27 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
-import shutil
-import subprocess
 import sys
-from html.parser import HTMLParser
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import nbformat
 import pytest
-import yaml
+import stamp_install_cell as stamp  # tools/ is on the path: conftest.py
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import book_ext  # noqa: E402  (tools/ is on the path: conftest.py)
-import stamp_install_cell as stamp  # noqa: E402
-from bench_book import makefile_flags  # noqa: E402  (the one reader of the Makefile's variables)
-
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 SAMPLE_URL = "https://github.com/example/transformer-course"
-VENV_BIN = Path(sys.executable).parent
 
 
 def torch_pin() -> str:
     """The torch version that constraints.txt pins (its one place; the Makefile reads it)."""
     (version,) = re.findall(r"^torch==(\S+)$", (ROOT / "constraints.txt").read_text(), re.M)
     return version
-
-
-# --------------------------------------------------------------------------- repository buttons
-
-
-class _Links(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.hrefs: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        href = dict(attrs).get("href")
-        if tag == "a" and href:
-            self.hrefs.append(href)  # entities already decoded by HTMLParser
-
-
-def links(page: Path) -> list[str]:
-    parser = _Links()
-    parser.feed(page.read_text(encoding="utf-8"))
-    return parser.hrefs
-
-
-def first_chapter() -> str:
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    return toc["parts"][0]["chapters"][0]["file"]
-
-
-def stub_cell(notebook) -> nbformat.NotebookNode:
-    """A chapter's stand-in: its title, and each label the other pages link to, as a heading."""
-    text = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "markdown")
-    title = next(line for line in text.splitlines() if line.startswith("# "))
-    labels = re.findall(r"^\(([\w-]+)\)=$", text, re.M)
-    return nbformat.v4.new_markdown_cell(
-        "\n\n".join([title] + [f"({label})=\n## {label}" for label in labels])
-    )
-
-
-@pytest.fixture(scope="module")
-def sample_book(tmp_path_factory):
-    """The book built with SAMPLE_URL (the reference pages link to every chapter).
-
-    A temporary source tree: _config.yml with the sample URL, the real _toc.yml, book/, tools/
-    (symlinked), the first chapter copied and stamped for the sample URL, every other chapter a
-    stub of its title (what the buttons depend on is the page's kind, not its content; a whole
-    book took 20 s to build, this one 11), stub front-end assets (the build checks only that they
-    exist; the browser tests use the real ones).
-    Returns (html folder, build log, chapter docname).
-    """
-    src = tmp_path_factory.mktemp("sample-book")
-    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
-    config["repository"]["url"] = SAMPLE_URL
-    (src / "_config.yml").write_text(yaml.safe_dump(config, allow_unicode=True, sort_keys=False))
-    chapter = first_chapter()
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    # The whole table of contents: the reference pages link to every chapter and to the appendix
-    # (and -n turns a link to a missing page into a warning). Only the first chapter is stamped.
-    (src / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))
-    for folder in ("book", "tools", "_templates"):
-        (src / folder).symlink_to(ROOT / folder, target_is_directory=True)
-    (src / "notebooks").mkdir()
-    for part in toc["parts"]:
-        for entry in part["chapters"]:
-            if entry["file"].startswith("notebooks/") and entry["file"] != chapter:
-                real = nbformat.read(ROOT / f"{entry['file']}.ipynb", as_version=4)
-                stub = nbformat.v4.new_notebook(cells=[stub_cell(real)], metadata=real.metadata)
-                nbformat.write(stub, src / f"{entry['file']}.ipynb")
-    notebook = src / f"{chapter}.ipynb"
-    shutil.copy(ROOT / f"{chapter}.ipynb", notebook)
-    stamp.stamp_file(
-        notebook, stamp.install_cell_source(SAMPLE_URL, config["repository"]["branch"])
-    )
-    for static in config["sphinx"]["config"]["html_static_path"]:
-        for rel in book_ext.REQUIRED_ASSETS:
-            (src / static / rel).parent.mkdir(parents=True, exist_ok=True)
-            (src / static / rel).write_text("/* stub */\n")
-    out = tmp_path_factory.mktemp("sample-build")
-    result = subprocess.run(
-        [str(VENV_BIN / "jupyter-book"), "build", str(src), "--path-output", str(out)]
-        + makefile_flags("BOOK_FLAGS"),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    log = result.stdout + result.stderr
-    assert result.returncode == 0, log[-3000:]
-    return out / "_build" / "html", log, chapter
-
-
-@pytest.mark.slow
-def test_sample_url_chapter_has_repository_and_launch_buttons(sample_book):
-    build, log, chapter = sample_book
-    warnings = re.findall(r".*(?:WARNING|ERROR|CRITICAL):.*", log)
-    assert not warnings, "\n".join(warnings)
-    hrefs = links(build / f"{chapter}.html")
-    owner_repo = SAMPLE_URL.removeprefix("https://github.com/")
-    expected = {
-        "repository": SAMPLE_URL,
-        "edit": f"{SAMPLE_URL}/edit/main/{chapter}.ipynb",
-        "colab": f"https://colab.research.google.com/github/{owner_repo}/blob/main/{chapter}.ipynb",
-        "binder": f"https://mybinder.org/v2/gh/{owner_repo}/main?urlpath=lab/tree/{chapter}.ipynb",
-    }
-    for name, url in expected.items():
-        assert url in hrefs, f"{name} link {url} missing; links: {sorted(set(hrefs))}"
-    assert any(h.startswith(f"{SAMPLE_URL}/issues/new?") for h in hrefs), "no issue button"
-    # The install cell runs in the notebook but is not shown on the page; the setup cell is.
-    page = (build / f"{chapter}.html").read_text(encoding="utf-8")
-    assert "transformer_course.notebook" in page and "find_spec" not in page
-
-
-@pytest.mark.slow
-def test_sample_url_page_has_repository_buttons_but_no_launch(sample_book):
-    build, _, _ = sample_book
-    hrefs = links(build / "book" / "intro.html")
-    assert SAMPLE_URL in hrefs
-    assert f"{SAMPLE_URL}/edit/main/book/intro.md" in hrefs
-    assert any(h.startswith(f"{SAMPLE_URL}/issues/new?") for h in hrefs)
-    assert not [h for h in hrefs if "mybinder.org" in h or "colab.research" in h]
 
 
 # --------------------------------------------------------------------------- install cell

@@ -1,19 +1,11 @@
-"""The built book in a real browser: every page clean, maths typeset, every widget alive, no kernel.
+"""The built book in headless Chromium: every page of every edition, served on 127.0.0.1.
 
-Every HTML page of every edition (English, zh-Hans/, zh-Hant/), served on 127.0.0.1, gets one load
-in headless Chromium (test_page) that checks what a reader would notice: no console error, uncaught
-exception, failed request or HTTP error; no request leaving 127.0.0.1 (each is blocked and
-counted); every formula typeset by the local MathJax, no raw TeX left; every saved widget rendered,
-and each of its controls, moved as a reader would, changes the frame shown (the links run in the
-browser: no kernel); the diagrams inline, visible and named; `<html lang>` right and, in Chinese, a
-CJK face drawing the text; one search field; nothing cut off at a phone's width (390 px).
-Screenshots go to _build/screenshots/. One page is also opened from file://.
-
-Accessibility: stock axe-core (pinned in package.json, injected inline) runs `axe.run(document)`
-with its default rules on ACCESSIBILITY_PAGES, in the light theme and (the colour rules) in the
-dark one; a page passes with zero violations.
-
-Run after `make book`; skipped only if the book has not been built.
+test_page loads each page once and checks what a reader would notice: no console error, failed
+request or request leaving 127.0.0.1; every formula typeset, no raw TeX; every saved widget
+rendered, each of its controls changing the frame shown (no kernel); the diagrams inline and named;
+the page's language and, in Chinese, a CJK face; one search field; nothing cut off at 390 px. Stock
+axe-core runs on ACCESSIBILITY_PAGES in the light and (colour rules) dark themes. Skipped if the
+book is not built (`make book`).
 """
 
 from __future__ import annotations
@@ -21,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -54,8 +47,7 @@ SHOWN = (
     ".widget-html-content, .widget-htmlmath-content, img.widget-image, .widget-output, "
     ".widget-label-basic, .widget-valid"
 )
-# What typesets the maths and draws the widgets: served empty to the tests that look at neither
-# (search, the language switcher, a click on the map), which then load in a second, not several.
+# Served empty to the tests that look at neither maths nor widgets (search, switcher, the map).
 RENDERERS = ("/_static/vendor/mathjax/", "/_static/vendor/html-manager/")
 SKIP_DIRS = {"_static", "_sources", "_images", "_sphinx_design_static"}
 DIAGRAM = ".tc-diagram svg"
@@ -70,28 +62,18 @@ DIAGRAMS = {
     "notebooks/06_qkv_sources.html": 2,
     "notebooks/11_decoder_only.html": 1,
 }
-# The pages axe-core checks, and what each brings. Every chapter shows prose, formulas, code,
-# self-check verdicts and matplotlib figures, and its widgets are the same frame cards
-# (plots.frame) of inline SVG with a data table; among the chapters that together hold every kind
-# of widget control, these are the ones with the least code (axe's colour rule weighs each of a
-# chapter's 3,000 to 6,000 highlighted tokens):
+# The pages axe-core checks: together every kind of page, widget control and frame, and one page of
+# each edition, on the chapters with the least code (axe's colour rule weighs every code token).
 ACCESSIBILITY_PAGES = (
-    # the map (a diagram whose blocks are links), the book's front page
-    "book/intro.html",
-    # a reference page: tables of symbols, dense inline maths
-    "book/notation.html",
-    # selection sliders and a dropdown; heatmap, bar, line and readout frames; a chapter's
-    # architecture diagram
-    "notebooks/01_attention.html",
-    # a Simplified chapter: toggle buttons; a table frame
-    "zh-Hans/notebooks/02_encoder.html",
-    # the Traditional front page: the map's labels and the prose in Traditional characters
-    "zh-Hant/book/intro.html",
+    "book/intro.html",  # the map: a diagram whose blocks are links
+    "book/notation.html",  # tables of symbols, dense inline maths
+    "notebooks/01_attention.html",  # sliders, a dropdown; heatmap, bar, line, readout frames
+    "zh-Hans/notebooks/02_encoder.html",  # toggle buttons; a table frame
+    "zh-Hant/book/intro.html",  # the map and prose in Traditional characters
 )
 # The rules whose outcome depends on the theme's colours: all the dark theme can change.
 COLOUR_RULES = ("color-contrast", "link-in-text-block")
-# Whatever opens the book's search: the field or button in the page's chrome, not the search
-# page's own form (.bd-search-container) or the dialog they open.
+# The search field or button in the page's chrome (not the search page's form or the dialog).
 SEARCH_FIELDS = ".search-button__button, input[type=search], input[name=q]"
 
 
@@ -136,14 +118,6 @@ TRADITIONAL = [rel for rel in PAGES if edition(rel) == "zh-Hant"]
 
 def page_source(rel: str) -> str:
     return (BUILD / rel).read_text(encoding="utf-8")
-
-
-def has_widgets(rel: str) -> bool:
-    return "application/vnd.jupyter.widget-view+json" in page_source(rel)
-
-
-def has_maths(rel: str) -> bool:
-    return re.search(r'class="math notranslate', page_source(rel)) is not None
 
 
 def control_models(rel: str) -> set[str]:
@@ -204,9 +178,9 @@ class Probe:
         return {kind: items for kind, items in found.items() if items}
 
 
+@contextmanager
 def open_page(browser, url: str, local_prefixes: tuple[str, ...], stubs: tuple[str, ...] = ()):
-    """A fresh context + page with every request routed through a Probe (the scripts whose URL
-    contains one of `stubs` served empty); returns (page, probe)."""
+    """A fresh page whose every request goes through a Probe: yields (page, probe)."""
     context = browser.new_context(viewport=DESKTOP)
     context.set_default_timeout(RENDER_TIMEOUT_MS)  # a shared, busy machine loads pages slowly
     probe = Probe(local_prefixes, stubs)
@@ -216,10 +190,13 @@ def open_page(browser, url: str, local_prefixes: tuple[str, ...], stubs: tuple[s
     page.on("pageerror", lambda error: probe.page_errors.append(str(error)))
     page.on("requestfailed", probe.on_request_failed)
     page.on("response", probe.on_response)
-    response = page.goto(url, wait_until="load")
-    if response is not None and not url.startswith("file:"):
-        assert response.ok, f"{url}: HTTP {response.status}"
-    return page, probe
+    try:
+        response = page.goto(url, wait_until="load")
+        if response is not None and url.startswith("http"):
+            assert response.ok, f"{url}: HTTP {response.status}"
+        yield page, probe
+    finally:
+        context.close()
 
 
 # --------------------------------------------------------------------------- rendering
@@ -246,8 +223,7 @@ def wait_for_maths(page, rel: str, probe: Probe) -> None:
         assert not errors, f"{rel}: MathJax errors in formulas: {errors}"
     raw = page.evaluate(
         r"""() => {
-            // Text the reader sees outside code and typeset maths: TeX delimiters there are a
-            // formula MathJax never saw (a `$$` that the Markdown did not turn into maths).
+            // TeX delimiters in text outside code and typeset maths: a formula MathJax never saw.
             const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
             const found = [];
             for (let node = walker.nextNode(); node; node = walker.nextNode()) {
@@ -391,19 +367,15 @@ def axe_source() -> str:
 
 
 def axe_violations(page, rules: tuple[str, ...] | None = None) -> list[str]:
-    """axe-core's violations on the page as it is now: its default rules, or only `rules`; one
-    line per violated rule, with a few examples."""
+    """axe-core's violations (default rules, or only `rules`): one line per rule, with examples."""
     if not page.evaluate("() => typeof window.axe === 'object'"):
         page.add_script_tag(content=axe_source())  # inline: no request
     found = page.evaluate(
         """async (rules) => {
             const options = {
-                // axe's CSS preload fetches an @import-ed sheet at a wrong URL (the theme's
-                // `@import "../basic.css"` as /basic.css, a 404 on every page: axe-core issue
-                // 5268). Without the preload only css-orientation-lock cannot run; the book locks
-                // no orientation.
+                // axe's CSS preload requests the theme's @import-ed sheet at a wrong URL (a 404,
+                // axe-core issue 5268); without it only css-orientation-lock cannot run.
                 preload: false,
-                // Only the violations are read; the other results keep one example each.
                 resultTypes: ["violations"],
             };
             if (rules) options.runOnly = {type: "rule", values: rules};
@@ -424,8 +396,7 @@ def axe_violations(page, rules: tuple[str, ...] | None = None) -> list[str]:
 
 
 def switch_theme(page, mode: str) -> None:
-    """Switch the theme with its own button, as a reader does (pydata-sphinx-theme cycles light,
-    auto, dark), and wait until the colours have finished their transition."""
+    """Switch the theme with its own button, as a reader does, and wait for the transition."""
     button = page.locator(".theme-switch-button:visible").first
     for _ in range(3):
         if page.evaluate("() => document.documentElement.dataset.theme") == mode:
@@ -470,9 +441,7 @@ def check_language(page, rel: str) -> None:
         return
     drawn = page.evaluate(
         """() => {
-            // The page's own font draws two different words and a private-use string that no font
-            // has: with a CJK face the words differ from each other and from the missing-glyph
-            // boxes; without one all three are the same boxes.
+            // Without a CJK face, both words and a private-use string draw the same boxes.
             const text = document.querySelector("article p, article li, article") || document.body;
             const font = getComputedStyle(text).fontFamily;
             const canvas = document.createElement("canvas");
@@ -502,24 +471,18 @@ def search_fields(page) -> list[str]:
 
 
 def resize(page, viewport: dict[str, int]) -> None:
-    """Resize the viewport and wait two frames: the resize handlers (the theme's, the widgets')
-    have run and the layout has settled."""
+    """Resize the viewport and wait two frames, for the layout to settle."""
     page.set_viewport_size(viewport)
     page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
 
 
 def check_phone(page, rel: str, screenshot_dir: Path) -> list[str]:
-    """At 390 px wide the page does not scroll sideways and nothing is cut off: what is wider
-    (code cells, wide tables, a diagram) scrolls inside its own box, widget frames shrink to fit,
-    inline code and links wrap. Run on a page already loaded (maths typeset, widgets rendered):
-    the viewport is narrowed, as a phone held upright would show it, and the page reflows. Returns
-    the problems found (empty if none)."""
+    """At 390 px wide the page does not scroll sideways and nothing is cut off (what is wider
+    scrolls inside its own box); returns the problems found."""
     resize(page, PHONE)
     found = page.evaluate(
         """() => {
             const width = document.documentElement.clientWidth;
-            // Only a box the reader can scroll makes wide content reachable: one that
-            // hides its overflow cuts the content off.
             const scrolls = (el) => ["auto", "scroll"]
                 .includes(getComputedStyle(el).overflowX);
             const clipped = (el) => {
@@ -572,8 +535,7 @@ def shot_stem(rel: str) -> str:
 
 
 def screenshot_page(page, rel: str, screenshot_dir: Path) -> None:
-    """The top of the page as a reader first sees it, and each widget as it first shows (a
-    full-page picture of a chapter is 36,000 pixels tall: slower to draw than the page's checks)."""
+    """The top of the page as a reader first sees it, and each widget as it first shows."""
     stem = shot_stem(rel)
     page.screenshot(path=str(screenshot_dir / f"{stem}.png"))
     for i, widget in enumerate(page.locator(".widget-subarea").all()):
@@ -592,15 +554,9 @@ def screenshot_diagrams(page, rel: str, mode: str, screenshot_dir: Path) -> None
 
 @pytest.mark.parametrize("rel", PAGES)
 def test_page(rel: str, browser, book_url: str, screenshot_dir: Path):
-    """One load per page of every edition: it renders offline (maths, widgets) with no console
-    error and no non-local request; its diagrams are named and its language is drawn; it has one
-    search field; every widget answers each of its controls; it fits a phone's width. On
-    ACCESSIBILITY_PAGES, axe-core finds no violation in the light theme, and none of the colour
-    rules in the dark one."""
-    page, probe = open_page(browser, book_url + rel, (book_url,))
     axe = rel in ACCESSIBILITY_PAGES
     report = {}
-    try:
+    with open_page(browser, book_url + rel, (book_url,)) as (page, probe):
         wait_for_widgets(page, rel, probe)
         wait_for_maths(page, rel, probe)
         check_diagrams(page, rel)
@@ -623,8 +579,6 @@ def test_page(rel: str, browser, book_url: str, screenshot_dir: Path):
         if axe:
             report["dark"] = axe_violations(page, COLOUR_RULES)
         page.wait_for_timeout(200)  # let late console messages and requests arrive
-    finally:
-        page.context.close()
     assert not failures, f"{rel}: " + "; ".join(failures)
     failing = {mode: lines for mode, lines in report.items() if lines}
     assert not failing, f"{rel}: accessibility violations: " + "; ".join(
@@ -642,8 +596,7 @@ def test_the_book_has_pages():
 
 
 def test_the_accessibility_pages_hold_every_control():
-    """The pages axe checks hold every kind of widget control the book has (a chapter with a new
-    kind of control must join ACCESSIBILITY_PAGES), and one page of each edition."""
+    """A chapter with a new kind of control must join ACCESSIBILITY_PAGES."""
     everywhere = set().union(*(control_models(rel) for rel in PAGES))
     checked = set().union(*(control_models(rel) for rel in ACCESSIBILITY_PAGES))
     assert everywhere, "no widget controls found in the book"
@@ -653,11 +606,8 @@ def test_the_accessibility_pages_hold_every_control():
 
 
 def test_the_accessibility_check_can_fail(browser):
-    """The check is not vacuous: on a page with the faults it must catch, axe reports each one,
-    and the colour rules alone report only the colour fault."""
-    context = browser.new_context()
-    page = context.new_page()
-    try:
+    """axe reports each planted fault; the colour rules alone only the colour fault."""
+    with open_page(browser, "about:blank", ()) as (page, _):
         page.set_content(
             """<!doctype html><html lang="en"><head><title>faults</title></head><body><main>
             <h1>Faults</h1>
@@ -671,8 +621,6 @@ def test_the_accessibility_check_can_fail(browser):
         )
         found = {line.split(" ", 1)[0] for line in axe_violations(page)}
         colours = {line.split(" ", 1)[0] for line in axe_violations(page, COLOUR_RULES)}
-    finally:
-        context.close()
     expected = {
         "image-alt",
         "svg-img-alt",
@@ -685,11 +633,8 @@ def test_the_accessibility_check_can_fail(browser):
 
 
 def test_the_phone_check_can_fail(browser, screenshot_dir: Path):
-    """The phone check is not vacuous: an element wider than the phone is reported, one inside a
-    scrolling box is not."""
-    context = browser.new_context(viewport=DESKTOP)
-    page = context.new_page()
-    try:
+    """An element wider than the phone is reported, one inside a scrolling box is not."""
+    with open_page(browser, "about:blank", ()) as (page, _):
         page.set_content(
             """<!doctype html><html lang="en"><body><article>
             <p style="width: 600px">A paragraph too wide</p>
@@ -697,16 +642,8 @@ def test_the_phone_check_can_fail(browser, screenshot_dir: Path):
             </article></body></html>"""
         )
         problems = check_phone(page, "test/planted.html", screenshot_dir)
-        page.set_content(
-            """<!doctype html><html lang="en"><body><article>
-            <div style="overflow-x: auto"><pre style="width: 900px">scrolls in its box</pre></div>
-            </article></body></html>"""
-        )
-        none = check_phone(page, "test/planted.html", screenshot_dir)
-    finally:
-        context.close()
     assert len(problems) == 1 and "P A paragraph too wide" in problems[0], problems
-    assert none == [], none
+    assert "scrolls in its box" not in problems[0], problems
 
 
 # --------------------------------------------------------------------------- links and figures
@@ -744,11 +681,7 @@ def test_local_links_resolve():
 
 
 def test_every_figure_says_what_it_shows():
-    """Every <img> has alt text that describes it (a sentence, not the file name it came from).
-
-    Notebook figures get theirs from the cell's `mystnb.image.alt` metadata; without it myst-nb
-    writes the image's path, which tells a screen-reader user nothing.
-    """
+    """Every <img> has alt text that describes it (a sentence, not its file name)."""
     bad = []
     for rel in PAGES:
         for tag, image in tags(rel):
@@ -765,25 +698,18 @@ def test_every_figure_says_what_it_shows():
 
 def test_a_click_on_the_map_navigates(browser, book_url: str):
     """A real click on a block of the map follows its link (an <img> would swallow it)."""
-    page, probe = open_page(browser, book_url + "book/intro.html", (book_url,), RENDERERS)
-    try:
+    with open_page(browser, book_url + "book/intro.html", (book_url,), RENDERERS) as (page, probe):
         page.locator(f'{DIAGRAM} a[data-doc="notebooks/04_multi_head_attention"]').click()
         page.wait_for_url("**/notebooks/04_multi_head_attention.html")
         assert page.locator("h1").count() >= 1
-    finally:
-        page.context.close()
     assert not probe.non_local, f"non-local requests: {probe.non_local}"
 
 
 def test_page_works_from_file_url(browser):
     """Opened straight from disk (file://): the maths and the widgets still work."""
-    candidates = [rel for rel in ENGLISH if has_widgets(rel)]
-    if not candidates:
-        pytest.skip("no page of the book has a widget yet")
-    rel = next((r for r in candidates if has_maths(r)), candidates[0])
+    rel = "notebooks/01_attention.html"  # widgets and maths
     url = (BUILD / rel).as_uri()
-    page, probe = open_page(browser, url, ("file://",))
-    try:
+    with open_page(browser, url, ("file://",)) as (page, probe):
         assert wait_for_widgets(page, rel, probe) > 0
         wait_for_maths(page, rel, probe)
         root = page.locator(".widget-subarea").first
@@ -793,8 +719,6 @@ def test_page_works_from_file_url(browser):
         done = move(*found[0])
         assert wait_for_change(root, before), f"{rel} from file://: {done}, frame unchanged"
         page.wait_for_timeout(200)
-    finally:
-        page.context.close()
     assert not probe.problems(), f"{rel} from file://: {probe.problems()}"
 
 
@@ -803,8 +727,7 @@ def test_page_works_from_file_url(browser):
 
 def search_results(browser, book_url: str, path: str) -> list[str]:
     """The links the book's own search (no server side) lists, in order, on its page `path`."""
-    page, probe = open_page(browser, book_url + path, (book_url,), RENDERERS)
-    try:
+    with open_page(browser, book_url + path, (book_url,), RENDERERS) as (page, probe):
         page.locator("#search-results .search-summary").wait_for(timeout=RENDER_TIMEOUT_MS)
         page.wait_for_function(  # results appear one by one; the progress line empties at the end
             "() => !document.querySelector('#search-progress')?.textContent.trim()",
@@ -813,8 +736,6 @@ def search_results(browser, book_url: str, path: str) -> list[str]:
         links = page.locator("#search-results ul.search li a").evaluate_all(
             "(links) => links.map((a) => a.href)"
         )
-    finally:
-        page.context.close()
     assert not probe.problems(), f"{path}: {probe.problems()}"
     return links
 
@@ -839,8 +760,8 @@ def test_search_finds_the_chapter(folder: str, query: str, chapter: str, browser
 
 def test_the_switcher_opens_the_same_page(browser, book_url: str):
     """English -> 简体中文 -> 繁體中文 -> English, by clicking the switcher, stays on the page."""
-    page, probe = open_page(browser, book_url + "book/notation.html", (book_url,), RENDERERS)
-    try:
+    url = book_url + "book/notation.html"
+    with open_page(browser, url, (book_url,), RENDERERS) as (page, probe):
         for name, expected in (
             ("简体中文", "zh-Hans/book/notation.html"),
             ("繁體中文", "zh-Hant/book/notation.html"),
@@ -851,8 +772,6 @@ def test_the_switcher_opens_the_same_page(browser, book_url: str):
             current = page.locator('.tc-languages a[aria-current="page"]').first.inner_text()
             assert current == name, f"{expected}: the switcher marks {current!r} as current"
             assert page.evaluate("() => document.documentElement.lang") == edition(expected)
-    finally:
-        page.context.close()
     assert not probe.problems(), probe.problems()
 
 
