@@ -403,13 +403,18 @@ def switch_theme(page, mode: str) -> None:
             break
         button.click()
     assert page.evaluate("() => document.documentElement.dataset.theme") == mode
+    # Only running, finite animations are awaited, and never longer than 5 s: a paused one
+    # never settles its promise, and page.evaluate has no timeout of its own.
     page.evaluate(
-        """async () => {
-            await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
-            const ending = document.getAnimations()
-                .filter((a) => a.effect.getComputedTiming().endTime !== Infinity);
-            await Promise.all(ending.map((a) => a.finished.catch(() => null)));
-        }"""
+        """() => Promise.race([
+            (async () => {
+                await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+                const ending = document.getAnimations().filter((a) => a.playState === "running"
+                    && a.effect.getComputedTiming().endTime !== Infinity);
+                await Promise.all(ending.map((a) => a.finished.catch(() => null)));
+            })(),
+            new Promise((r) => setTimeout(r, 5000)),
+        ])"""
     )
 
 
