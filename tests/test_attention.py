@@ -1,7 +1,8 @@
 """Attention equal to PyTorch's own (forward and gradients), the heads, and recording_attention.
 
-Bad inputs are in test_hostile_inputs.py, properties over random shapes (masks, causality, the
-fused path) in test_properties.py, fully masked rows and low precision in test_numerics.py.
+Bad inputs are in test_hostile_inputs.py, properties over random shapes (masks, padding, the
+fused path) in test_properties.py, causality in test_model.py, fully masked rows and low precision
+in test_numerics.py.
 """
 
 from __future__ import annotations
@@ -151,24 +152,6 @@ def test_mha_equals_torch(case, need_weights):
         lambda *x: theirs(*x, **torch_kwargs, need_weights=need_weights)[0],
         inputs,
     )
-
-
-def test_mha_equals_separate_heads():
-    # MultiHead = Concat(head_1..head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V):
-    # head i uses rows i*d_k:(i+1)*d_k of each projection.
-    mha = MultiHeadAttention(12, 3).eval()
-    x, memory = torch.randn(2, 4, 12), torch.randn(2, 6, 12)
-    output, weights = mha(x, memory, memory)
-    heads = []
-    for i in range(3):
-        rows = slice(i * mha.d_k, (i + 1) * mha.d_k)
-        q = F.linear(x, mha.q_proj.weight[rows], mha.q_proj.bias[rows])  # (B, T, d_k)
-        k = F.linear(memory, mha.k_proj.weight[rows], mha.k_proj.bias[rows])  # (B, S, d_k)
-        v = F.linear(memory, mha.v_proj.weight[rows], mha.v_proj.bias[rows])  # (B, S, d_k)
-        head, head_weights = scaled_dot_product_attention(q, k, v)
-        assert_close(head_weights, weights[:, i], **TOL)
-        heads.append(head)
-    assert_close(mha.out_proj(torch.cat(heads, dim=-1)), output, **TOL)
 
 
 def test_mha_custom_scale_is_used_on_both_paths():

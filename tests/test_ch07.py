@@ -11,8 +11,8 @@ import torch
 from transformer_course import plots
 from transformer_course.chapters import ch07_dot_product as ch
 from transformer_course.experiments import scorers
-from transformer_course.measure import count_parameters, peak_memory
-from transformer_course.scoring import SCORER_NAMES, cosine_score, dot_score, make_scorer
+from transformer_course.measure import count_parameters
+from transformer_course.scoring import SCORER_NAMES, cosine_score, dot_score
 from transformer_course.training import DigitTask, TrainConfig, build_model
 
 # --------------------------------------------------------------------------- the tiny example
@@ -31,42 +31,8 @@ def test_tiny_example_tells_the_chapters_story():
 
 
 # --------------------------------------------------------------------------- memory
-# The chapter measures with `transformer_course.measure` (tested in test_measure.py).
-
-
-def broadcast_dot(q, k):
-    """The notebook's naive dot product: one product vector per pair, then the sum."""
-    return (q.unsqueeze(-2) * k.unsqueeze(-3)).sum(-1)  # (..., T, S, d) -> (..., T, S)
-
-
-def test_peak_memory_of_the_contestants_match_their_tensors():
-    B, T, S, d, d_hidden = 2, 40, 24, 16, 16
-    q, k = torch.randn(B, T, d), torch.randn(B, S, d)
-    assert peak_memory(lambda: dot_score(q, k)) == 4 * B * T * S
-    additive = make_scorer("additive", d)
-    # W_q q and W_k k, then the sum and its tanh, both (B, T, S, d_hidden), alive together
-    expected = 4 * B * (T * d_hidden + S * d_hidden + 2 * T * S * d_hidden)
-    assert peak_memory(lambda: additive(q, k)) == expected
-    # the naive dot product: the (B, T, S, d) products, then the (B, T, S) sums
-    torch.testing.assert_close(broadcast_dot(q, k), dot_score(q, k))
-    assert peak_memory(lambda: broadcast_dot(q, k)) == 4 * B * T * S * (d + 1)
-
-
-def test_tracemalloc_does_not_see_torch_memory():
-    import tracemalloc
-
-    q = torch.randn(1, 128, 16)
-    additive = make_scorer("additive", 16)
-    additive(q, q)  # a first call imports and registers things that Python's allocator sees
-    tracemalloc.start()
-    try:
-        additive(q, q)
-        _, traced = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    measured = peak_memory(lambda: additive(q, q))
-    assert measured >= 2 * 128 * 128 * 16 * 4
-    assert traced < measured / 100
+# The chapter measures with `transformer_course.measure` (tested in test_measure.py); the peaks it
+# prints, and what tracemalloc misses, are compared under nbval.
 
 
 def test_format_bytes():

@@ -48,12 +48,6 @@ def test_feed_forward_is_two_linear_maps_around_the_activation(activation, fn):
 
 # ------------------------ Equality with torch.nn.TransformerEncoderLayer / TransformerDecoderLayer
 
-VARIANTS = pytest.mark.parametrize(
-    ("norm_first", "activation"),
-    [(False, "relu"), (False, "gelu"), (True, "relu"), (True, "gelu")],
-    ids=["post-LN-relu", "post-LN-gelu", "pre-LN-relu", "pre-LN-gelu"],
-)
-
 
 def _pair(ours_cls, theirs_cls, norm_first: bool, activation, **kwargs):
     """Our layer holding the weights of torch's, both in eval mode."""
@@ -68,21 +62,6 @@ def _encoder_pair(norm_first: bool, activation, **kwargs):
 
 def _decoder_pair(norm_first: bool, activation, **kwargs):
     return _pair(DecoderLayer, nn.TransformerDecoderLayer, norm_first, activation, **kwargs)
-
-
-@VARIANTS
-@pytest.mark.parametrize("masked", [False, True], ids=["no-mask", "padding"])
-def test_encoder_layer_matches_torch(norm_first, activation, masked):
-    ours, theirs = _encoder_pair(norm_first, activation)
-    mask = padding_mask([T, 3, 1], max_len=T) if masked else None  # (B, 1, 1, T)
-    kpm = to_key_padding_mask(mask) if masked else None  # (B, T), True = pad
-    assert_matches_torch(
-        ours,
-        theirs,
-        lambda x: ours(x, mask),
-        lambda x: theirs(x, src_key_padding_mask=kpm),
-        [torch.randn(B, T, D_MODEL)],
-    )
 
 
 def test_encoder_layer_matches_torch_with_causal_mask_and_no_bias():
@@ -101,24 +80,6 @@ def test_encoder_layer_matches_torch_with_causal_mask_and_no_bias():
 def test_encoder_layer_with_a_custom_activation_matches_torch():
     ours, theirs = _encoder_pair(False, torch.tanh)
     assert_matches_torch(ours, theirs, ours, theirs, [torch.randn(B, T, D_MODEL)])
-
-
-@VARIANTS
-@pytest.mark.parametrize("masked", [False, True], ids=["no-mask", "causal+padding"])
-def test_decoder_layer_matches_torch(norm_first, activation, masked):
-    """S != T, so cross-attention really is (T x S)."""
-    ours, theirs = _decoder_pair(norm_first, activation)
-    self_mask = causal_mask(T) if masked else None  # (T, T)
-    memory_mask = padding_mask([S, 4, 2], max_len=S) if masked else None  # (B, 1, 1, S)
-    tgt_mask = to_torch_mask(self_mask) if masked else None
-    memory_kpm = to_key_padding_mask(memory_mask) if masked else None
-    assert_matches_torch(
-        ours,
-        theirs,
-        lambda y, m: ours(y, m, self_mask=self_mask, memory_mask=memory_mask),
-        lambda y, m: theirs(y, m, tgt_mask=tgt_mask, memory_key_padding_mask=memory_kpm),
-        [torch.randn(B, T, D_MODEL), torch.randn(B, S, D_MODEL)],
-    )
 
 
 def test_decoder_layer_matches_torch_with_target_padding_too():

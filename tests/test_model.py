@@ -116,26 +116,18 @@ def _run_torch_body(theirs: nn.Transformer, src_pad: torch.Tensor):
 @pytest.mark.parametrize(
     ("norm_first", "activation"), [(False, "relu"), (True, "gelu")], ids=["post-LN", "pre-LN"]
 )
-def test_encoder_decoder_body_matches_torch_transformer(norm_first, activation):
-    """nn.Transformer always ends each stack with a LayerNorm: our final_norm=True."""
+def test_torch_transformer_loads_into_our_full_model(norm_first, activation):
+    """The body's output and gradients, then the logits. nn.Transformer always ends each stack
+    with a LayerNorm: our final_norm=True."""
     theirs = _torch_transformer(norm_first, activation)
-    stack = _our_stack_args(norm_first, activation, final_norm=True)
-    ours = (Encoder(2, **stack).eval(), Decoder(3, **stack).eval())
-    assert load_from_torch(ours, theirs) is ours
-    encoder, decoder = ours
-    src_pad = padding_mask([S, 3, 6], max_len=S)  # (B, 1, 1, S)
-
-    def run_ours(x, y):
-        memory = encoder(x, src_pad)  # (B, S, d_model)
-        return decoder(y, memory, causal_mask(y.shape[1]), src_pad)  # (B, T, d_model)
-
-    inputs = [torch.randn(B, S, D_MODEL), torch.randn(B, T, D_MODEL)]
-    assert_matches_torch(ours, theirs, run_ours, _run_torch_body(theirs, src_pad), inputs)
-
-
-def test_torch_transformer_loads_into_our_full_model():
-    theirs = _torch_transformer(False, "relu")
-    ours = small_model(n_encoder_layers=2, n_decoder_layers=3, final_norm=True, dropout=0.0)
+    ours = small_model(
+        n_encoder_layers=2,
+        n_decoder_layers=3,
+        norm_first=norm_first,
+        activation=activation,
+        final_norm=True,
+        dropout=0.0,
+    )
     embeddings = ours.src_embed.weight.detach().clone()
     load_from_torch(ours, theirs)
     assert torch.equal(ours.src_embed.weight, embeddings)  # torch has no embeddings to copy
@@ -145,9 +137,13 @@ def test_torch_transformer_loads_into_our_full_model():
     src_pad = ours.source_mask(src)
     x = ours.positional(ours.src_embed(src) * D_MODEL**0.5)
     y = ours.positional(ours.tgt_embed(tgt) * D_MODEL**0.5)
-    body = ours.decoder(y, ours.encoder(x, src_pad), causal_mask(T), src_pad)
+
+    def body(x, y):
+        memory = ours.encoder(x, src_pad)  # (B, S, d_model)
+        return ours.decoder(y, memory, causal_mask(y.shape[1]), src_pad)  # (B, T, d_model)
+
+    assert_matches_torch(ours, theirs, body, _run_torch_body(theirs, src_pad), [x, y])
     expected = _run_torch_body(theirs, src_pad)(x, y)
-    torch.testing.assert_close(body, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ours(src, tgt), ours.lm_head(expected), rtol=1e-5, atol=1e-5)
 
 
@@ -317,11 +313,6 @@ def test_parameter_count_equals_the_formula(kwargs):
     assert count_parameters(layer.ff) == 2 * args["d_model"] * args["d_ff"] + (
         args["d_ff"] + args["d_model"] if args.get("bias", True) else 0
     )
-
-
-def test_share_embeddings_ties_one_matrix():
-    model = small_model(src_vocab=13, share_embeddings=True)
-    assert model.src_embed.weight is model.tgt_embed.weight is model.lm_head.weight
 
 
 def attention_modules(model: Transformer) -> list[MultiHeadAttention]:

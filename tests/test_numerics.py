@@ -322,22 +322,3 @@ def test_transformer_on_length_1_sequences(norm_first, lengths):
     backward(logits)
     backward(ref_logits)
     assert_same_gradients(model, reference, {"atol": 1e-4, "rtol": 1e-4})
-
-
-@pytest.mark.parametrize("src_len", [1, 5])
-def test_greedy_decode_with_max_len_1(src_len):
-    model = small_transformer().eval()
-    src = torch.randint(3, VOCAB, (3, src_len))
-    out = greedy_decode(model, src, max_len=1, bos_id=BOS, eos_id=EOS)
-    assert out.shape == (3, 2)
-    assert (out[:, 0] == BOS).all()
-    # The one generated token is the argmax of the first decoding step, in float64 too.
-    with torch.no_grad():
-        bos = torch.full((3, 1), BOS)
-        first = model.decode(bos, model.encode(src), model.source_mask(src))[:, -1]  # (B, vocab)
-        reference = float64(model)
-        ref_first = reference.decode(bos, reference.encode(src), reference.source_mask(src))[:, -1]
-    assert_finite(first)
-    assert torch.equal(out[:, 1], first.argmax(-1))
-    assert torch.equal(out[:, 1], ref_first.argmax(-1))
-    assert torch.equal(out, greedy_decode(reference, src, max_len=1, bos_id=BOS, eos_id=EOS))

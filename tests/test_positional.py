@@ -93,21 +93,6 @@ def test_shift_matrix_moves_every_position_by_offset(d_model, offset, base):
         torch.testing.assert_close(m @ pe[t], pe[t + offset], rtol=1e-10, atol=1e-10)
 
 
-def test_shift_matrix_blocks_are_rotations_of_each_pair():
-    d_model, k = 8, 3
-    m = shift_matrix(k, d_model, dtype=torch.float64)
-    omega = frequencies(d_model, dtype=torch.float64)
-    for i in range(d_model // 2):
-        a = omega[i].item() * k
-        block = [[math.cos(a), math.sin(a)], [-math.sin(a), math.cos(a)]]
-        expected = torch.tensor(block, dtype=torch.float64)
-        torch.testing.assert_close(m[2 * i : 2 * i + 2, 2 * i : 2 * i + 2], expected, **TIGHT)
-    off_block = m.clone()
-    for i in range(d_model // 2):
-        off_block[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = 0
-    assert bool((off_block == 0).all())
-
-
 @FAST
 @given(d_model=even_d, a=st.integers(-30, 30), b=st.integers(-30, 30))
 def test_shift_matrices_form_a_group_of_rotations(d_model, a, b):

@@ -7,8 +7,6 @@ per module; they are skipped with a reason only where the package is not install
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
@@ -220,24 +218,6 @@ def batch_outputs(minilm):
     return pretrained.encode(model, tokenizer, SENTENCES)
 
 
-def test_the_batch_has_padding_and_different_lengths(batch_outputs):
-    batch, states, embeddings = batch_outputs
-    assert batch.lengths.tolist() == [4, 9, 18, 14]
-    assert states.shape == (4, 18, 384) and embeddings.shape == (4, 384)
-    assert batch.tokens[1] == ("[CLS]", "the", "cat", "sat", "on", "the", "mat", ".", "[SEP]")
-    assert (batch.ids[0, 4:] == 0).all() and (batch.ids[:, 0] == 101).all()
-
-
-def test_every_checkpoint_tensor_but_the_pooler_is_used(minilm):
-    model, _ = minilm
-    state = pretrained.read_safetensors(pretrained.model_dir() / "model.safetensors")
-    fresh = SentenceEncoder(model.config)
-    unused = load_bert_weights(fresh, state)
-    assert unused == ["embeddings.position_ids", "pooler.dense.bias", "pooler.dense.weight"]
-    used = sum(t.numel() for name, t in state.items() if name not in unused)
-    assert sum(p.numel() for p in fresh.parameters()) == used == 22_565_376
-
-
 def test_our_tokenizer_gives_the_reference_ids_and_mask(minilm, reference):
     _, tokenizer = minilm
     batch = pretrained.tokenize(tokenizer, SENTENCES)
@@ -246,18 +226,13 @@ def test_our_tokenizer_gives_the_reference_ids_and_mask(minilm, reference):
     assert torch.equal(batch.mask[:, 0, 0, :], features["attention_mask"].bool())
 
 
-def test_token_states_equal_the_reference(batch_outputs, reference):
-    batch, states, _ = batch_outputs
-    theirs = pretrained.reference_outputs(reference, batch)["states"]
-    assert theirs.shape == states.shape
+def test_token_states_and_sentence_embeddings_equal_the_reference(batch_outputs, reference):
+    batch, states, embeddings = batch_outputs
+    theirs = pretrained.reference_outputs(reference, batch)
+    assert theirs["states"].shape == states.shape
     # Every position, padding included, within 1e-5.
-    assert float((states - theirs).abs().max()) < TOL
-
-
-def test_sentence_embeddings_equal_the_reference(batch_outputs, reference):
-    batch, _, embeddings = batch_outputs
-    theirs = pretrained.reference_outputs(reference, batch)["embeddings"]
-    assert float((embeddings - theirs).abs().max()) < TOL
+    assert float((states - theirs["states"]).abs().max()) < TOL
+    assert float((embeddings - theirs["embeddings"]).abs().max()) < TOL
     # The library's own end-to-end call, from text, with its tokenizer.
     from_text = reference.encode(list(SENTENCES), convert_to_tensor=True)
     assert float((embeddings - from_text).abs().max()) < TOL
@@ -277,18 +252,6 @@ def test_attention_weights_equal_the_reference(minilm, batch_outputs):
     # Padding keys get exactly zero weight; every real row sums to 1.
     assert float(ours.masked_select(~batch.mask).abs().max()) == 0.0
     torch.testing.assert_close(ours.sum(-1), torch.ones_like(ours.sum(-1)))
-
-
-def test_similar_sentences_are_closer_than_unrelated_ones(minilm):
-    model, tokenizer = minilm
-    _, _, e = pretrained.encode(
-        model,
-        tokenizer,
-        ["A man is playing a guitar.", "Someone is playing an instrument.", "Stocks fell today."],
-    )
-    cosine = e @ e.T
-    assert float(cosine[0, 1]) > float(cosine[0, 2]) + 0.3
-    assert math.isclose(float(cosine[0, 0]), 1.0, abs_tol=1e-5)
 
 
 def test_model_dir_names_the_package_when_it_is_missing(monkeypatch):

@@ -248,18 +248,6 @@ def test_scoring_cost_matches_a_measured_forward_pass(name, T, S, d, d_hidden):
     assert cost.largest_intermediate == largest
 
 
-def test_additive_is_the_only_scorer_whose_memory_grows_with_d_hidden_per_pair():
-    T = S = 64
-    d = d_hidden = 32
-    assert scoring_cost("additive", 3, 4, 5) == scoring_cost("additive", 3, 4, 5, 5)  # d_hidden = d
-    for name in SCORER_NAMES:
-        largest = scoring_cost(name, T, S, d, d_hidden).largest_intermediate
-        if name == "additive":
-            assert largest == T * S * d_hidden
-        else:
-            assert largest == T * S
-
-
 # ---------------------------------------------------------- masks and dropout on the scorer path
 
 
