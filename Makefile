@@ -120,7 +120,7 @@ npm:
 # The pinned front-end files (package-lock.json) the book serves itself: npm ci + copy to _assets/.
 # fetch_assets.py needs only the standard library: it runs before .venv exists, or beside its
 # installation (`make setup`).
-$(ASSETS_STAMP): package.json package-lock.json tools/fetch_assets.py $(wildcard tools/assets/*)
+$(ASSETS_STAMP): package.json package-lock.json tools/fetch_assets.py
 	@$(MAKE) npm
 	$(PYTHON) tools/fetch_assets.py
 	@touch $@

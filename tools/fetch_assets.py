@@ -19,13 +19,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 NODE_MODULES = ROOT / "node_modules"
 OUT = ROOT / "_assets"
-# Our own files, served next to the vendored ones: the MathJax 2 -> 3 shim for the widget embedder,
-# the accessible names for the widgets' sliders, and the book's style rules.
-OWN_ASSETS = sorted(
-    path
-    for path in (Path(__file__).resolve().parent / "assets").iterdir()
-    if path.suffix in {".js", ".css"}
-)
 
 HTML_MANAGER = "@jupyter-widgets/html-manager"
 MATHJAX = "mathjax"
@@ -86,9 +79,6 @@ def lay_out() -> None:
     copy_file(mathjax / "es5" / "tex-mml-chtml.js", mathjax_out / "es5" / "tex-mml-chtml.js")
     for part in MATHJAX_PARTS:
         shutil.copytree(mathjax / "es5" / part, mathjax_out / "es5" / part)
-
-    for own in OWN_ASSETS:
-        copy_file(own, OUT / own.name)
 
 
 def main(argv: list[str] | None = None) -> int:
