@@ -13,7 +13,7 @@
   comments of the exercises' hidden solutions from solutions.po; the toc's part captions; and, as
   each page's download, its notebook (or Markdown) with the prose translated, the code unchanged.
 - Optional sections: a notebook's markdown cell tagged `going-further` becomes a `going-further`
-  container (its leading targets and heading stay outside), shown by _static/book.css as a
+  container (its leading targets and heading stay outside), shown by book/static/book.css as a
   labelled block (MyST-NB gives only code cells' tags to their HTML classes).
 """
 
