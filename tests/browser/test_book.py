@@ -466,6 +466,11 @@ def check_language(page, rel: str) -> None:
         }"""
     )
     assert drawn["differ"] and drawn["not_boxes"], f"{rel}: no CJK font draws the text: {drawn}"
+    slanted = page.evaluate(
+        """() => [...document.querySelectorAll("article em")]
+            .filter((em) => getComputedStyle(em).fontStyle !== "normal").length"""
+    )
+    assert slanted == 0, f"{rel}: {slanted} emphasised runs in a synthesised CJK italic"
 
 
 def search_fields(page) -> list[str]:
