@@ -2,7 +2,7 @@
 exercise checkers.
 
 all-MiniLM-L6-v2 runs on the package's own `Encoder` (see `transformer_course.pretrained`); the
-notebook writes out the equality checks, the pitfalls and two of the scores. This module
+notebook writes out the equality checks, the pitfalls and three of the scores. This module
 holds the sentences, the scores of all 6 x 12 heads that the figures and widgets show, and the
 checkers. Heads are named as in the figures, from 1: "L1 H3" is layer 1, head 3 (index [0, 2]).
 """
