@@ -283,8 +283,9 @@ def check_parameter_count(answer: object) -> Verdict:
             "the LayerNorm shifts": total - 4 * d - (f + d) - 2 * d,
             "that leaves out the two LayerNorms (a gain and a shift each)": total - norms,
             "that leaves out the output projection W^O (d_model² + d_model)": total - d * d - d,
-            "the heads do not multiply the count: the h heads share the d_model x d_model "
-            "projections, each head uses a d_k-wide slice of them": total + (h - 1) * attn,
+            "the heads do not multiply the count: each head projects the whole token to d_k "
+            "numbers, and the h heads' d_model x d_k matrices side by side make one "
+            "d_model x d_model matrix": total + (h - 1) * attn,
             "that counts one feed-forward matrix only; there are two (W_1 and W_2)": total - d * f,
         },
         hint="count W^Q, W^K, W^V, W^O, W_1, W_2 with their biases, and two LayerNorms.",
