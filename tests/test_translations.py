@@ -5,8 +5,9 @@
   English prose copied unchanged. The failure message names the messages.
 - Maths, inline code, link and cross-reference targets survive translation; emphasis still parses.
 - The term table is followed on every page, in both scripts.
-- The Traditional catalogues are exactly what OpenCC (s2tw) and the term table make of the
-  Simplified ones: nobody edits them by hand, and they never fall behind.
+- The Traditional catalogues are exactly what OpenCC (s2tw), the term table and the corrections
+  make of the Simplified ones, translators' comments included: nobody edits them by hand, and they
+  never fall behind. None holds a wrong string of locales/hant-corrections.csv.
 - A translated notebook keeps every code cell, output and widget state of the English one.
 - The Chinese search indexes Chinese and Latin words as Sphinx's own does.
 """
@@ -58,8 +59,10 @@ def test_traditional_is_generated_from_simplified():
     stale = []
     for source, committed in zip(simplified, traditional, strict=True):
         expected = i18n.traditional_catalogue(i18n.read_po(source))
-        found = {m.id: (m.string, m.fuzzy) for m in i18n.read_po(committed) if m.id}
-        wanted = {m.id: (m.string, m.fuzzy) for m in expected if m.id}
+        found = {
+            m.id: (m.string, m.fuzzy, m.user_comments) for m in i18n.read_po(committed) if m.id
+        }
+        wanted = {m.id: (m.string, m.fuzzy, m.user_comments) for m in expected if m.id}
         if found != wanted:
             stale.append(committed.relative_to(root_t).as_posix())
     assert not stale, f"run `python tools/i18n.py hant`: out of date: {stale}"
@@ -79,6 +82,100 @@ def test_the_term_table():
             assert term["note"], f"{term['english']}: a Traditional term of its own needs a note"
     # The conversion writes the table's Traditional term wherever the Simplified one stands.
     assert i18n.to_traditional("前馈网络和注意力机制") == "前饋網絡和注意力機制"
+
+
+def test_traditional_keeps_the_translators_comments(tmp_path: Path):
+    """A `# term-exempt:` comment of the Simplified catalogue reaches the Traditional file."""
+    from babel.messages.catalog import Catalog
+
+    simplified = Catalog(locale="zh_Hans_CN")
+    simplified.add("The key idea.", "关键的想法。", user_comments=["term-exempt: key"])
+    path = tmp_path / "page.po"
+    i18n.write_po(i18n.traditional_catalogue(simplified), path)
+    assert "# term-exempt: key\n" in path.read_text(encoding="utf-8")
+    (message,) = (m for m in i18n.read_po(path) if m.id)
+    assert message.string == "關鍵的想法。" and i18n.term_exemptions(message) == {"key"}
+
+
+def wrong_traditional(paths: list[Path]) -> list[str]:
+    """Each wrong string of the corrections found in a translation of these catalogues."""
+    wrong = [c["wrong"] for c in i18n.read_terms(i18n.CORRECTIONS)]
+    return [
+        f"{path.name}: {w!r} in {m.string[:40]!r}"
+        for path in paths
+        for m in i18n.read_po(path)
+        if m.id and m.string
+        for w in wrong
+        if w in m.string
+    ]
+
+
+def test_no_wrong_traditional_characters():
+    """OpenCC's phrase table picks a wrong character in some contexts (只 -> 隻 in 這只說); the
+    corrections, applied after it, put them right. The catalogues are the source of the
+    Traditional pages (checking the built pages is the browser suite's business)."""
+    corrections = i18n.read_terms(i18n.CORRECTIONS)
+    assert len(corrections) >= 16 and all(
+        c["wrong"] and c["right"] and c["why"] for c in corrections
+    )
+    # No correction writes what another one corrects (the order would then matter).
+    assert not [
+        (c["right"], w)
+        for c in corrections
+        for w in [d["wrong"] for d in corrections]
+        if w in c["right"]
+    ]
+    found = wrong_traditional(i18n.catalogue_paths(i18n.TRADITIONAL))
+    assert not found, f"{len(found)} wrong strings: " + "\n".join(found[:15])
+
+
+def test_the_wrong_characters_check_can_fail(tmp_path: Path):
+    from babel.messages.catalog import Catalog
+
+    planted = Catalog(locale="zh_Hant_TW")
+    planted.add("A clean line.", "一條幹淨的線。")  # as OpenCC writes 一条干净的线
+    planted.add("A cat.", "一隻貓。")  # 隻 is right here
+    i18n.write_po(planted, tmp_path / "page.po")
+    assert wrong_traditional([tmp_path / "page.po"]) == ["page.po: '幹淨' in '一條幹淨的線。'"]
+
+
+@pytest.mark.parametrize(
+    ("simplified", "traditional"),
+    [
+        ("这只说对了一半", "這只說對了一半"),
+        ("最多只有 16 个", "最多只有 16 個"),
+        ("总是只看一个", "總是只看一個"),
+        ("很少这么干净", "很少這麼乾淨"),
+        ("一条干净的曲线", "一條乾淨的曲線"),
+        ("互换只是给交叉注意力", "互換只是給交叉注意力"),
+        ("字符串里写明了形状", "字符串裡寫明了形狀"),
+        ("而不是只比较形状", "而不是只比較形狀"),
+        ("而不是只看三个", "而不是只看三個"),
+        ("承载了解码器的信息", "承載了解碼器的信息"),
+        ("上文已经演示了解码器", "上文已經演示了解碼器"),
+        ("每一个中间张量", "每一個中間張量"),
+        ("证明复制权重之后", "證明複製權重之後"),
+        ("而不复制任何数据", "而不複製任何數據"),
+        ("取一块键，并为每个查询", "取一塊鍵，並為每個查詢"),
+        ("把权重复制到模型", "把權重複製到模型"),
+        ("投影后的查询", "投影後的查詢"),
+        ("论文采用的缩放", "論文採用的縮放"),
+        ("单元格里打印", "單元格裡打印"),
+        ("最小二乘拟合中", "最小二乘擬合中"),
+        ("舍入误差", "捨入誤差"),
+        ("一只猫和它的干部，了解并覆盖，合并为一", "一隻貓和它的幹部，瞭解並覆蓋，合併為一"),
+    ],
+)
+def test_to_traditional_corrects_opencc(simplified: str, traditional: str):
+    assert i18n.to_traditional(simplified) == traditional
+
+
+def test_the_editions_texts_are_converted():
+    """The Traditional edition's title, search placeholder and diagram prefix are the Simplified
+    ones converted, so the search box says 搜索 as the pages and the note do."""
+    simplified, traditional = i18n.EDITIONS[i18n.SIMPLIFIED], i18n.EDITIONS[i18n.TRADITIONAL]
+    for field in ("title", "search", "diagram"):
+        assert getattr(traditional, field) == i18n.to_traditional(getattr(simplified, field))
 
 
 def test_the_term_check_can_fail(tmp_path: Path):

@@ -1,7 +1,7 @@
 """The book's Chinese editions: the steps around the standard tools, and what no tool does.
 
     python tools/i18n.py update        # extract, merge into locales/zh_CN (sphinx-intl), then hant
-    python tools/i18n.py hant          # locales/zh_TW from locales/zh_CN (OpenCC s2tw + the terms)
+    python tools/i18n.py hant          # locales/zh_TW from zh_CN: OpenCC s2tw, terms, corrections
     python tools/i18n.py check         # the gate: missing, untranslated, fuzzy; markup; terms
     python tools/i18n.py build zh_CN   # the Simplified edition -> _build/html/zh-Hans/
 
@@ -35,6 +35,7 @@ from mdit_py_plugins.dollarmath import dollarmath_plugin
 ROOT = Path(__file__).resolve().parents[1]
 LOCALES = ROOT / "locales"
 TERMS = LOCALES / "terms.csv"
+CORRECTIONS = LOCALES / "hant-corrections.csv"  # wrong, right, why: OpenCC's phrase mistakes
 POT_DIR = ROOT / "_build" / "gettext"
 HTML = ROOT / "_build" / "html"
 DIAGRAMS = ROOT / "book" / "diagrams"
@@ -54,7 +55,7 @@ class Edition:
 # Keyed by Sphinx's language codes: Sphinx's and the theme's own catalogues exist for these.
 EDITIONS = {
     SIMPLIFIED: Edition("zh-Hans", "简体中文", "从零构建 Transformer", "搜索本书…", "示意图："),
-    TRADITIONAL: Edition("zh-Hant", "繁體中文", "從零構建 Transformer", "搜尋本書…", "示意圖："),
+    TRADITIONAL: Edition("zh-Hant", "繁體中文", "從零構建 Transformer", "搜索本書…", "示意圖："),
 }
 ENGLISH = Edition("en", "English", "", "", "Diagram: ")
 # OpenCC's profile for the Traditional edition: Taiwan's standard characters (為, 裡, 著), no phrase
@@ -251,21 +252,23 @@ def translate_comments(code: str, messages: dict[str, str]) -> str:
     return _COMMENT.sub(comment, code)
 
 
-def read_terms() -> list[dict[str, str]]:
-    """The term table: english, zh_hans, zh_hant, note."""
-    with TERMS.open(encoding="utf-8", newline="") as f:
+def read_terms(path: Path = TERMS) -> list[dict[str, str]]:
+    """The term table (english, zh_hans, zh_hant, note), or another table such as CORRECTIONS."""
+    with path.open(encoding="utf-8", newline="") as f:
         return list(csv.DictReader(f))
 
 
 @functools.cache
 def _term_fixes() -> tuple[tuple[str, str], ...]:
-    """(OpenCC's Traditional, the table's) for each term where the two differ."""
+    """(OpenCC's Traditional, the table's) for each term where the two differ, then the
+    corrections: (wrong, right) in context, where OpenCC's phrases chose the wrong character."""
     pairs = ((OPENCC.convert(t["zh_hans"]), t["zh_hant"]) for t in read_terms())
-    return tuple((ours, table) for ours, table in pairs if ours != table)
+    fixes = tuple((ours, table) for ours, table in pairs if ours != table)
+    return fixes + tuple((c["wrong"], c["right"]) for c in read_terms(CORRECTIONS))
 
 
 def to_traditional(text: str) -> str:
-    """Simplified -> Traditional: OpenCC's s2tw, then each term as the term table writes it."""
+    """Simplified -> Traditional: OpenCC's s2tw, then the terms and corrections (_term_fixes)."""
     out = OPENCC.convert(text)
     for converted, term in _term_fixes():
         out = out.replace(converted, term)
@@ -273,7 +276,7 @@ def to_traditional(text: str) -> str:
 
 
 def traditional_catalogue(simplified: Catalog) -> Catalog:
-    """The Traditional catalogue made from a Simplified one (same messages, same flags)."""
+    """The Traditional catalogue made from a Simplified one (same messages, flags, comments)."""
     out = Catalog(
         locale="zh_Hant_TW",
         project=simplified.project,
@@ -283,7 +286,8 @@ def traditional_catalogue(simplified: Catalog) -> Catalog:
     for m in simplified:
         if m.id:
             string = to_traditional(m.string) if m.string else ""
-            out.add(m.id, string, flags=m.flags, auto_comments=m.auto_comments)
+            comments = {"auto_comments": m.auto_comments, "user_comments": m.user_comments}
+            out.add(m.id, string, flags=m.flags, **comments)
     return out
 
 
