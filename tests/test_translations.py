@@ -283,3 +283,20 @@ def test_the_chinese_search_indexes_as_sphinx_does():
     stems = [theirs.stem(word) for word in words]
     assert [ours.stem(word) for word in words] == stems
     assert "being" in stems and "be" not in stems and "use" in stems
+
+
+def test_text_in_optional_blocks_has_a_source():
+    """MyST leaves the cells of a table inside a directive without a source, and Sphinx neither
+    extracts nor translates text that has none: the going-further blocks' text gets its page's."""
+    import book_ext
+    from docutils import nodes
+    from docutils.utils import new_document
+
+    document = new_document("notebooks/04.ipynb")
+    block = nodes.container(classes=[book_ext.GOING_FURTHER])
+    block.source, block.line = "notebooks/04.ipynb", 7
+    cell = nodes.paragraph(text="cut the features")  # a table cell as MyST leaves it
+    document += block
+    block += cell
+    book_ext.GoingFurtherSources(document).apply()
+    assert (cell.source, cell.line) == ("notebooks/04.ipynb", 7)

@@ -260,6 +260,20 @@ def _going_further_blocks(app: Sphinx, docname: str, source: list[str]) -> None:
     source[0] = json.dumps(notebook)
 
 
+class GoingFurtherSources(SphinxTransform):
+    """Give the text in a going-further block its page as source: MyST leaves a table's cells in a
+    directive without one, and Sphinx neither extracts nor translates text that has none."""
+
+    default_priority = 10  # before Sphinx's Locale transform (20) reads the messages
+
+    def apply(self) -> None:
+        for block in self.document.findall(nodes.container):
+            if GOING_FURTHER in block["classes"]:
+                for node in block.findall(nodes.TextElement):
+                    node.source = node.source or block.source
+                    node.line = node.line or block.line
+
+
 def setup(app: Sphinx) -> dict[str, bool]:
     app.set_html_assets_policy("always")  # MathJax on every page (titles in the navigation)
     app.connect("source-read", _going_further_blocks)
@@ -271,6 +285,7 @@ def setup(app: Sphinx) -> dict[str, bool]:
     app.connect("doctree-resolved", _translate_comments)
     app.connect("html-page-context", _language_links)
     app.add_transform(TranslateTocCaptions)
+    app.add_transform(GoingFurtherSources)
     app.connect("doctree-read", _note_catalogues)
     app.connect("build-finished", _translated_sources)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
