@@ -177,10 +177,13 @@ def normalise(nb: nbformat.NotebookNode) -> str:
     text = rename_widget_ids(nbformat.writes(nb), old_ids)
     # Write again from the parsed text: nbformat sorts keys, and the widget state was sorted by the
     # random ids.
-    text = nbformat.writes(nbformat.reads(text, as_version=4))
-    if not text.endswith("\n"):
-        text += "\n"
-    return text
+    return notebook_text(nbformat.reads(text, as_version=4))
+
+
+def notebook_text(nb: nbformat.NotebookNode) -> str:
+    """The file text of `nb` as every tool writes it: nbformat's, ending with a newline."""
+    text = nbformat.writes(nb)
+    return text if text.endswith("\n") else text + "\n"
 
 
 # --------------------------------------------------------------------------- files

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+from execute_notebooks import notebook_text, write_text
 
 from transformer_course import diagrams
 
@@ -105,12 +106,6 @@ def place(
         nb.cells.insert(index, cell)
 
 
-def notebook_text(nb) -> str:
-    """The file text as tools/execute_notebooks.py writes it (nbformat, trailing newline)."""
-    text = nbformat.writes(nb)
-    return text if text.endswith("\n") else text + "\n"
-
-
 def run(check: bool) -> list[str]:
     """Regenerate the SVGs and place the cells; return what changed (or would change)."""
     changed = []
@@ -140,8 +135,7 @@ def run(check: bool) -> list[str]:
         if text != original:
             changed.append(str(path.relative_to(ROOT)))
             if not check:
-                with open(path, "w", encoding="utf-8", newline="\n") as f:
-                    f.write(text)
+                write_text(path, text)
     return changed
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import nbformat
 import yaml
+from execute_notebooks import notebook_text, write_text
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "_config.yml"
@@ -119,12 +120,6 @@ def stamp(nb: nbformat.NotebookNode, source: str) -> bool:
     return nbformat.writes(nb) != before
 
 
-def notebook_text(nb: nbformat.NotebookNode) -> str:
-    """The file text, as tools/execute_notebooks.py writes it (nbformat, trailing newline)."""
-    text = nbformat.writes(nb)
-    return text if text.endswith("\n") else text + "\n"
-
-
 def stamp_file(path: Path, source: str, write: bool = True) -> bool:
     """Stamp the notebook at `path`; True if it changed (written unless `write` is False)."""
     original = path.read_text(encoding="utf-8")
@@ -133,8 +128,7 @@ def stamp_file(path: Path, source: str, write: bool = True) -> bool:
     text = notebook_text(nb)
     changed = text != original
     if changed and write:
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
+        write_text(path, text)
     return changed
 
 
