@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from transformer_course import MultiHeadAttention, experiments, plots
+from transformer_course.attention import split_heads
 from transformer_course.chapters import ch08_scale as ch
 from transformer_course.experiments import score_scaling
-from transformer_course.training import DigitTask, build_model
+from transformer_course.recording import recording_attention
+from transformer_course.training import PAD, DigitTask, build_model, held_out_set
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "08_why_scale.ipynb"
 
@@ -260,6 +262,27 @@ def test_gradient_text_says_what_the_table_shows():
     means = (small.mean().item(), raw.mean().item(), divided.mean().item())
     assert [round(m, 2) for m in means] == [0.24, 1.12, 0.34]
     assert round(means[1] / means[2], 1) == 3.3
+
+
+def test_half_precision_text_says_what_the_fresh_model_gives():
+    """The spread and the largest divided score that the float16 section quotes, from the fresh
+    4-head model of the premise section (seed 0, the held-out sequences without padding)."""
+    text = " ".join(markdown("c08p0012").split())
+    task, config = DigitTask(), score_scaling.config(32, scaled=True, seed=0)
+    model = build_model(task, config).eval()
+    src, tgt = held_out_set(task, config)
+    full = (src != PAD).all(dim=1)
+    attn = model.encoder.layers[0].self_attn
+    with torch.no_grad(), recording_attention(model, what="inputs") as seen:
+        model(src[full], tgt[full, :-1])
+        x = seen["encoder.layers.0.self_attn"]["q"]  # (B, T, d_model)
+        q = split_heads(attn.q_proj(x), attn.n_heads)  # (B, h, T, d_k)
+        k = split_heads(attn.k_proj(x), attn.n_heads)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(attn.d_k)  # (B, h, T, T)
+    assert "a standard deviation of 2.44 and none is larger than 8.11 in absolute value" in text
+    assert (f"{scores.std():.2f}", f"{scores.abs().max():.2f}") == ("2.44", "8.11")
+    assert "below 11.09" in text
+    assert scores.abs().max() < math.log(torch.finfo(torch.float16).max) < 11.1
 
 
 # --------------------------------------------------------------------------- exercises
