@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from transformer_course import MultiHeadAttention, experiments, plots
+from transformer_course.attention import split_heads
 from transformer_course.chapters import ch08_scale as ch
 from transformer_course.experiments import score_scaling
-from transformer_course.training import DigitTask, build_model
+from transformer_course.recording import recording_attention
+from transformer_course.training import PAD, DigitTask, build_model, held_out_set
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "08_why_scale.ipynb"
 
@@ -224,6 +226,63 @@ def test_things_to_try_say_what_the_frames_show():
     assert "between 0.2 and 0.36" in text and 0.2 < min(on_gain) and max(on_gain) < 0.365
     assert "between 0.5 and 1.7" in text
     assert 0.5 < min(float(z.std()) for z in on) and max(float(z.std()) for z in on) < 1.7
+
+
+def test_gradient_text_says_what_the_table_shows():
+    """The numbers the gradient section and book/pitfalls.md quote, recomputed as the notebook does
+    (the same queries, keys and arriving gradient) at the two sizes they name."""
+    text = " ".join(markdown("87355da2").split())
+    pitfall = " ".join((NOTEBOOK.parents[1] / "book" / "pitfalls.md").read_text().split())
+    generator = torch.Generator().manual_seed(1)
+    g = torch.randn(2000, ch.N_KEYS, generator=generator, dtype=torch.float64)  # as in the notebook
+
+    def gradient_sizes(d, scaled):
+        q, K = ch.random_attention(d)
+        q = q.clone().requires_grad_(True)
+        z = (K @ q[:, :, None]).squeeze(-1) * (d**-0.5 if scaled else 1.0)  # (M, S)
+        p = torch.softmax(z, dim=-1)
+        (p * g).sum().backward()
+        frozen = (ch.jacobian_norm(p.detach()) < ch.FROZEN).double().mean().item()
+        return q.grad.norm(dim=-1), frozen
+
+    small, _ = gradient_sizes(1, False)
+    raw, raw_frozen = gradient_sizes(1024, False)
+    divided, _ = gradient_sizes(1024, True)
+    assert "collapses to $2.45 \\times 10^{-5}$ at $d_k = 1024$" in text
+    assert f"{raw.median():.2e}" == "2.45e-05"
+    assert "more than ten thousand times smaller" in text and "ten thousand times" in pitfall
+    assert divided.median() / raw.median() > 1e4
+    assert "77% of the queries are frozen" in text and "77% of the queries" in pitfall
+    assert f"{raw_frozen:.0%}" == "77%"
+    assert "from 0.974 at $d_k = 1$ to 19.2 at $d_k = 1024$ (a factor of 20" in text
+    top_small, top_raw = small.quantile(0.99).item(), raw.quantile(0.99).item()
+    assert (f"{top_small:.3g}", f"{top_raw:.3g}") == ("0.974", "19.2")
+    assert round(top_raw / top_small) == 20
+    assert "from 0.24 to 1.12, 3.3 times the divided 0.34" in text and "3.3 times" in pitfall
+    means = (small.mean().item(), raw.mean().item(), divided.mean().item())
+    assert [round(m, 2) for m in means] == [0.24, 1.12, 0.34]
+    assert round(means[1] / means[2], 1) == 3.3
+
+
+def test_half_precision_text_says_what_the_fresh_model_gives():
+    """The spread and the largest divided score that the float16 section quotes, from the fresh
+    4-head model of the premise section (seed 0, the held-out sequences without padding)."""
+    text = " ".join(markdown("c08p0012").split())
+    task, config = DigitTask(), score_scaling.config(32, scaled=True, seed=0)
+    model = build_model(task, config).eval()
+    src, tgt = held_out_set(task, config)
+    full = (src != PAD).all(dim=1)
+    attn = model.encoder.layers[0].self_attn
+    with torch.no_grad(), recording_attention(model, what="inputs") as seen:
+        model(src[full], tgt[full, :-1])
+        x = seen["encoder.layers.0.self_attn"]["q"]  # (B, T, d_model)
+        q = split_heads(attn.q_proj(x), attn.n_heads)  # (B, h, T, d_k)
+        k = split_heads(attn.k_proj(x), attn.n_heads)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(attn.d_k)  # (B, h, T, T)
+    assert "a standard deviation of 2.44 and none is larger than 8.11 in absolute value" in text
+    assert (f"{scores.std():.2f}", f"{scores.abs().max():.2f}") == ("2.44", "8.11")
+    assert "below 11.09" in text
+    assert scores.abs().max() < math.log(torch.finfo(torch.float16).max) < 11.1
 
 
 # --------------------------------------------------------------------------- exercises
