@@ -128,6 +128,32 @@ def test_extrapolation_results_cover_every_variant_and_seed():
     assert all(len(r["accuracy"]) == extrapolation.TEST_LENGTH - 1 for r in rows)
 
 
+def test_stored_extrapolation_results_support_the_chapters_reading():
+    """What chapter 5 concludes from the five seeds, asserted on the stored rows (the chapter
+    prints the lowest and highest seed of each span)."""
+    rows = experiments.load("extrapolation")["rows"]
+    spans = {"1-15": slice(0, 15), "16-31": slice(15, 31), "32-255": slice(31, 255)}
+
+    def means(variant: str, span: str) -> list[float]:
+        chosen = [r["accuracy"][spans[span]] for r in rows if r["variant"] == variant]
+        return [sum(a) / len(a) for a in chosen]
+
+    def late(variant: str) -> list[float]:
+        return [r["late_window_accuracy"] for r in rows if r["variant"] == variant]
+
+    assert all(min(means(v, "1-15")) > 0.95 for v in extrapolation.VARIANTS)
+    # Unseen positions are a cause: on late windows of the trained length, the variants'
+    # ranges over the seeds do not overlap.
+    assert max(late("baseline")) < 0.6
+    assert min(late("random offsets")) > 0.98
+    assert min(late("fast pairs only")) > 0.8
+    ranges = sorted((min(late(v)), max(late(v))) for v in extrapolation.VARIANTS)
+    assert all(hi < lo for (_, hi), (lo, _) in zip(ranges[:-1], ranges[1:], strict=False))
+    # Not the whole cause: random offsets holds to about position 31, then every variant fails.
+    assert min(means("random offsets", "16-31")) > 0.8
+    assert all(max(means(v, "32-255")) < 0.6 for v in extrapolation.VARIANTS)
+
+
 def test_fast_pairs_only_keeps_the_pairs_that_turn_within_the_training_length():
     table = extrapolation.encoding_table("fast pairs only")  # d_model 32: pairs 0 and 1 turn
     assert torch.equal(table[:, :4], sinusoidal_encoding(256, 32)[:, :4])

@@ -15,7 +15,7 @@ from torch import Tensor
 from .. import plots
 from .._validation import check_choice, check_positive_int
 from ..exercises import Verdict, compare_number, compare_tensor
-from ..positional import frequencies, shift_matrix, sinusoidal_encoding
+from ..positional import LAYOUTS, frequencies, shift_matrix, sinusoidal_encoding
 from ..widgets import Explorer, slider
 
 BASE = 10000.0
@@ -58,6 +58,12 @@ def embedding_table(vocab: int, d_model: int, init: str, seed: int = 0) -> Tenso
 
 VOCAB = 10  # tokens 0..9, uniformly random: chance accuracy is 1/10
 TRAIN_LENGTH, TEST_LENGTH = 16, 256
+# The figures' names of the package's layouts: "concatenated" is the book's split layout (all
+# sines, then all cosines), which a reader could take for position concatenated to the embedding.
+LAYOUT_NAMES = {
+    "interleaved": "interleaved layout",
+    "concatenated": "split layout (sines, then cosines)",
+}
 
 
 def random_tokens(n: int, length: int, vocab: int = VOCAB, seed: int = 0) -> Tensor:
@@ -97,17 +103,17 @@ def heatmap_figure(length: int = 100, d_model: int = 512):
 
 
 def layouts_figure(length: int = 64, d_model: int = 64):
-    """Interleaved (the paper) and concatenated (sines first) tables, side by side."""
+    """Interleaved (the paper) and split (all sines, then all cosines) tables, side by side."""
     fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.4), layout="constrained", sharey=True)
-    for ax, layout in zip(axes, ("interleaved", "concatenated"), strict=True):
+    for ax, layout in zip(axes, LAYOUTS, strict=True):
         pe = sinusoidal_encoding(length, d_model, layout=layout)
         first = layout == "interleaved"
-        _table(ax, pe, layout, "position t" if first else "", colorbar=not first)
+        _table(ax, pe, LAYOUT_NAMES[layout], "position t" if first else "", colorbar=not first)
     return fig
 
 
 def shift_figure(fitted: Tensor, offset: int):
-    """The shift matrix found by least squares (interleaved) and the same map, concatenated."""
+    """The shift matrix found by least squares (interleaved) and the same map, split layout."""
     d_model = fitted.shape[0]
     # Entries that are 0 up to rounding (1e-16 either side) sit exactly between two colours:
     # round them so the figure is the same on every run and machine.
@@ -115,20 +121,20 @@ def shift_figure(fitted: Tensor, offset: int):
     order = torch.cat((torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)))  # sines first
     fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.9), layout="constrained")
     labels = [str(i) for i in range(d_model)]
-    for ax, name in zip(axes, ("interleaved", "concatenated"), strict=True):
-        matrix = fitted if name == "interleaved" else fitted[order][:, order]  # the same map
+    for ax, layout in zip(axes, LAYOUTS, strict=True):
+        matrix = fitted if layout == "interleaved" else fitted[order][:, order]  # the same map
         plots.heatmap(
             ax,
             matrix,
             labels,
             labels,
-            title=f"M_{offset} found from data, {name} layout",
+            title=f"M_{offset} from data, {LAYOUT_NAMES[layout]}",
             vmin=-1.0,
             vmax=1.0,
             annotate=False,
             xlabel="input dimension",
             ylabel="output dimension",
-            colorbar=name == "concatenated",
+            colorbar=layout != "interleaved",
             tick_every=2,
         )
     return fig
@@ -353,11 +359,11 @@ def check_position_2_encoding(answer: object) -> Verdict:
         return torch.tensor([f(angle(t * w)) for w in (1.0, w1) for f in (first, second)])
 
     swapped, degrees = pe(first=math.cos, second=math.sin), pe(angle=math.radians)
-    concatenated = sinusoidal_encoding(t + 1, 4, "concatenated", dtype=F64)[t]
+    split = sinusoidal_encoding(t + 1, 4, "concatenated", dtype=F64)[t]
     mistakes = {
         "sin and cos are swapped: the even dimension of a pair holds the sine": swapped,
-        "this is the concatenated layout (all sines, then all cosines); the formula "
-        "interleaves them": concatenated,
+        'this is the split layout (all sines, then all cosines: layout="concatenated"); '
+        "the formula interleaves them": split,
         "the frequency came from the dimension index i, not the pair index k = i // 2": (
             encoding_with_dimension_frequencies(t + 1, 4)[t]
         ),
@@ -382,8 +388,8 @@ def check_shift_matrix(answer: object) -> Verdict:
     expected = shift_matrix(3, 4, dtype=F64)
     wrong = {
         "this is M_3 transposed, which moves 3 positions backwards (M_-3)": expected.T,
-        "this is the matrix for the concatenated layout; the exercise uses the interleaved "
-        "one": shift_matrix(3, 4, layout="concatenated", dtype=F64),
+        'this is the matrix for the split layout (layout="concatenated"); the exercise uses '
+        "the interleaved one": shift_matrix(3, 4, layout="concatenated", dtype=F64),
         "this is M_1; the offset is 3 positions": shift_matrix(1, 4, dtype=F64),
     }
     hint = "one 2x2 block [[cos a, sin a], [-sin a, cos a]] per pair, with a = 3 ω_k."
