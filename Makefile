@@ -189,7 +189,8 @@ package: $(VENV_STAMP) ## all the package tests, quick and slow (what `make test
 # threads would change the order too, but beside the other test process they spin, waiting on
 # each other for a core, and cost several times the CPU.)
 RERUN_TESTS := tests/test_experiments.py tests/test_experiments_ch02.py tests/test_ch05.py \
-	tests/test_experiment_scorers.py tests/test_ch08.py tests/test_experiments_decoder_only.py
+	tests/test_experiment_scorers.py tests/test_ch08.py tests/test_experiments_decoder_only.py \
+	tests/test_experiments_ch09.py
 TRAINING_NOTEBOOKS := notebooks/05_positional_encoding.ipynb notebooks/07_why_dot_product.ipynb \
 	notebooks/09_training.ipynb
 another-cpu: $(VENV_STAMP) ## re-runs of stored results and the training notebooks, with the last bits changed as on another CPU
