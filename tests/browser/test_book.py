@@ -522,6 +522,12 @@ def check_phone(page, rel: str, screenshot_dir: Path) -> list[str]:
                     .filter((b) => b.getBoundingClientRect().right - width > 1).length,
                 diagram_boxes_not_scrolling: boxes
                     .filter((b) => getComputedStyle(b).overflowX !== "auto").length,
+                // The smallest label of any diagram, in screen pixels.
+                diagram_text_px: Math.min(...Array.from(document.querySelectorAll(
+                    ".tc-diagram-svg text")).map((t) => t.getBoundingClientRect().height
+                    ? parseFloat(getComputedStyle(t).fontSize) * t.ownerSVGElement
+                        .getBoundingClientRect().width / t.ownerSVGElement.viewBox.baseVal.width
+                    : Infinity)),
             };
         }"""
     )
@@ -531,13 +537,20 @@ def check_phone(page, rel: str, screenshot_dir: Path) -> list[str]:
         widget.first.scroll_into_view_if_needed()
         page.screenshot(path=str(screenshot_dir / f"{prefix}05_positional_encoding.png"))
     if base(rel) == "book/intro.html":  # the map on a phone, for a person to look at
-        page.locator(".tc-diagram").first.scroll_into_view_if_needed()
+        # As a reader opens it on a phone (the checks before opened the page's drawers), then
+        # scroll the page only: scrollIntoView would also slide the page's hidden-overflow boxes.
+        page.reload(wait_until="load")
+        page.locator(".tc-diagram").first.evaluate(
+            "(el) => window.scrollTo(0, el.getBoundingClientRect().top + window.scrollY - 80)"
+        )
         page.screenshot(path=str(screenshot_dir / f"{prefix}diagram_map.png"))
     problems = []
     if found["page"] > 1 or found["examples"]:
         problems.append(f"wider than a phone: {found}")
     if found["diagram_boxes_too_wide"] or found["diagram_boxes_not_scrolling"]:
         problems.append(f"a diagram's box does not fit or scroll on a phone: {found}")
+    if found["diagram_text_px"] < 11:
+        problems.append(f"a diagram's labels are below 11 px on a phone: {found}")
     return problems
 
 
