@@ -193,33 +193,6 @@ def test_attention_weights_of_every_layer_and_head():
 # --------------------------------------------------------------------------- the GGUF mapping
 
 
-def llama_cpp_permute(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """llama.cpp's convert_hf_to_gguf.py `LlamaModel.permute`, written again for the test."""
-    rows = weight.shape[0]
-    return (
-        weight.reshape(n_heads, 2, rows // n_heads // 2, *weight.shape[1:])
-        .swapaxes(1, 2)
-        .reshape(weight.shape)
-    )
-
-
-def test_unpermute_rotary_undoes_llama_cpps_permutation():
-    weight = torch.randn(9 * 64, 576)
-    torch.testing.assert_close(
-        gguf_loader.unpermute_rotary(llama_cpp_permute(weight, 9), 9), weight, atol=0, rtol=0
-    )
-    kv = torch.randn(3 * 64, 576)
-    torch.testing.assert_close(
-        gguf_loader.unpermute_rotary(llama_cpp_permute(kv, 3), 3), kv, atol=0, rtol=0
-    )
-
-
-def test_the_name_map_covers_every_parameter_once():
-    names = gguf_loader.gguf_name_map(TINY.n_layers)
-    assert set(names) == set(dict(Llama(TINY).named_parameters()))
-    assert len(set(names.values())) == len(names) == 2 + 9 * TINY.n_layers
-
-
 METADATA = {
     "general.architecture": "llama",
     "llama.block_count": 30,
