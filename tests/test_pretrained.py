@@ -115,15 +115,6 @@ def test_l2_normalise_gives_unit_rows_in_the_same_direction():
         l2_normalise(torch.ones(3))
 
 
-def test_from_attention_mask_matches_padding_mask():
-    hf = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 0, 0, 0]])
-    ours = from_attention_mask(hf)
-    assert ours.dtype == torch.bool and ours.shape == (3, 1, 1, 4)
-    assert torch.equal(ours, padding_mask([3, 4, 1], max_len=4))
-    assert torch.equal(ours[:, 0, 0, :], hf.bool())  # the same information
-    assert torch.equal(from_attention_mask(hf.bool()), ours)
-
-
 def test_from_attention_mask_refuses_what_is_not_a_right_padded_0_1_mask():
     with pytest.raises(ValueError, match=r"expected right padding.*row 1 = \[0, 1, 1\]"):
         from_attention_mask(torch.tensor([[1, 1, 1], [0, 1, 1]]))
