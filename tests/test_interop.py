@@ -32,19 +32,7 @@ def _their_decoder_layer(**kwargs) -> nn.TransformerDecoderLayer:
     return nn.TransformerDecoderLayer(**{**args, **kwargs})
 
 
-# --------------------------------------------------------------------------- nn.MultiheadAttention
-
-
-@pytest.mark.parametrize("bias", [True, False])
-def test_multihead_attention_weights_go_to_their_projections(bias):
-    """in_proj_weight stacks W^Q, W^K, W^V row-wise (test_attention compares the outputs)."""
-    theirs = nn.MultiheadAttention(D, H, bias=bias, batch_first=True)
-    ours = load_from_torch(MultiHeadAttention(D, H, bias=bias), theirs)
-    for i, proj in enumerate((ours.q_proj, ours.k_proj, ours.v_proj)):
-        rows = slice(i * D, (i + 1) * D)
-        assert torch.equal(proj.weight, theirs.in_proj_weight[rows])
-        assert not bias or torch.equal(proj.bias, theirs.in_proj_bias[rows])
-    assert torch.equal(ours.out_proj.weight, theirs.out_proj.weight)
+# --------------------------------------------------------------------------- copying
 
 
 def test_load_returns_ours_and_copies_values_not_storage():
