@@ -172,12 +172,6 @@ def test_static_mode_of_a_live_explorer_is_frames_plus_one_hint_line():
     assert "Run this notebook" not in plain.children[-1].value
 
 
-def test_marks_name_their_value_in_the_static_labels():
-    marks = {"1/√2": 2**-0.5}
-    control = slider("s", [0.5, 2**-0.5, 1.0], "S", fmt="{:.2f}", live=(0.1, 2, 0.1), marks=marks)
-    assert control.labels == ("0.50", "0.71 (1/√2)", "1.00")
-
-
 def test_live_slider_is_continuous_and_renders_a_value_between_frames():
     calls = []
 
