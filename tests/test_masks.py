@@ -14,7 +14,6 @@ from transformer_course.masks import (
     causal_mask,
     combine_masks,
     padding_mask,
-    token_padding_mask,
 )
 
 
@@ -43,14 +42,6 @@ def test_padding_mask_from_tensor_equals_from_list(dtype):
     from_tensor = padding_mask(torch.tensor(lengths, dtype=dtype), max_len=5)
     assert torch.equal(from_tensor, padding_mask(lengths, max_len=5))
     assert from_tensor.sum(dim=-1).flatten().tolist() == lengths
-
-
-def test_token_padding_mask_marks_the_tokens_that_are_not_pad_id():
-    tokens = torch.tensor([[5, 6, 7, 0], [8, 0, 0, 0]])
-    mask = token_padding_mask(tokens, pad_id=0)
-    assert mask.dtype == torch.bool
-    assert torch.equal(mask, padding_mask([3, 1], max_len=4))  # (B, 1, 1, S)
-    assert token_padding_mask(tokens, pad_id=7)[0, 0, 0].tolist() == [True, True, False, True]
 
 
 def test_combine_masks_is_logical_and_with_broadcasting():
