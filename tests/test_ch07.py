@@ -33,14 +33,6 @@ def test_tiny_example_tells_the_chapters_story():
 # prints, and what tracemalloc misses, are compared under nbval.
 
 
-def test_format_bytes():
-    assert ch.format_bytes(512) == "512 B"
-    assert ch.format_bytes(1.5 * 2**20) == "1.5 MiB"
-    assert ch.format_bytes(2 * 2**30) == "2.0 GiB"
-    with pytest.raises(ValueError, match="n_bytes"):
-        ch.format_bytes(-1)
-
-
 # --------------------------------------------------------------------------- figures
 
 
