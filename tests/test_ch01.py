@@ -59,11 +59,6 @@ def test_sentence_pattern_the_chapter_describes():
     torch.testing.assert_close(weights[0], weights[4])  # the two "the"s cannot be told apart
 
 
-def test_top_keys():
-    w = torch.tensor([0.1, 0.6, 0.1, 0.2])
-    assert ch.top_keys(w, ["a", "b", "c", "d"], k=3) == "b 0.60, d 0.20, a 0.10"
-
-
 # --------------------------------------------------------------------------- widgets and figures
 
 

@@ -9,7 +9,7 @@ import torch
 
 from transformer_course import recording_attention
 from transformer_course.chapters import ch06_qkv_sources as ch
-from transformer_course.training import BOS, load_trained_model
+from transformer_course.training import load_trained_model
 
 
 @pytest.fixture(scope="module")
@@ -35,15 +35,6 @@ def record(trained):
 # --------------------------------------------------------------------------- the example
 
 
-def test_example_is_the_source_and_its_reversal(trained):
-    _, task, _ = trained
-    src, tgt_in = ch.example_batch(task)
-    digits = [int(c) for c in ch.EXAMPLE_TEXT.split()]
-    assert (src[0] - 3).tolist() == digits
-    assert tgt_in[0, 0].item() == BOS
-    assert (tgt_in[0, 1:] - 3).tolist() == digits[::-1]
-
-
 def test_names_of_modules():
     cross = ("decoder", 1, "cross-attention", "cross", "target", "source")
     assert ch.describe("decoder.layers.0.cross_attn") == cross
@@ -54,18 +45,6 @@ def test_names_of_modules():
     for wrong in ("decoder.layers.0.ff", "encoder.cross_attn"):
         with pytest.raises(ValueError, match="name"):
             ch.describe(wrong)
-
-
-def test_weights_of_the_example_have_the_three_shapes(record):
-    src, tgt_in, inputs, weights = record
-    S, T = src.shape[1], tgt_in.shape[1]
-    assert S != T and list(inputs) == list(weights)
-    for name, w in weights.items():
-        rows, cols = ch.describe(name)[4:]
-        assert tuple(w.shape[-2:]) == (
-            {"source": S, "target": T}[rows],
-            {"source": S, "target": T}[cols],
-        )
 
 
 # --------------------------------------------------------------------------- figure and widget

@@ -11,9 +11,7 @@ import torch
 from transformer_course import plots
 from transformer_course.chapters import ch07_dot_product as ch
 from transformer_course.experiments import scorers
-from transformer_course.measure import count_parameters
 from transformer_course.scoring import SCORER_NAMES, cosine_score, dot_score
-from transformer_course.training import DigitTask, TrainConfig, build_model
 
 # --------------------------------------------------------------------------- the tiny example
 
@@ -33,14 +31,6 @@ def test_tiny_example_tells_the_chapters_story():
 # --------------------------------------------------------------------------- memory
 # The chapter measures with `transformer_course.measure` (tested in test_measure.py); the peaks it
 # prints, and what tracemalloc misses, are compared under nbval.
-
-
-def test_format_bytes():
-    assert ch.format_bytes(512) == "512 B"
-    assert ch.format_bytes(1.5 * 2**20) == "1.5 MiB"
-    assert ch.format_bytes(2 * 2**30) == "2.0 GiB"
-    with pytest.raises(ValueError, match="n_bytes"):
-        ch.format_bytes(-1)
 
 
 # --------------------------------------------------------------------------- figures
@@ -65,15 +55,6 @@ def test_runs_plot_labels_log_minor_ticks_in_plain_numbers():
     ax.figure.canvas.draw()
     labels = [t.get_text() for t in ax.yaxis.get_minorticklabels() if t.get_text()]
     assert "0.5" in labels and "2" in labels and not any("e" in t for t in labels)
-
-
-def test_train_settings_build_the_chapters_model():
-    config = TrainConfig(**scorers.SETTINGS, model_kwargs={"attn_score": "additive"})
-    model = build_model(DigitTask(), config)
-    in_model = [m.score for m in model.modules() if getattr(m, "score", None) is not None]
-    assert len(in_model) == 3  # one layer: encoder self, decoder self, cross
-    d_k = config.d_model // config.n_heads
-    assert all(count_parameters(s) == 2 * d_k * d_k + d_k for s in in_model)
 
 
 # --------------------------------------------------------------------------- length and angle

@@ -9,7 +9,7 @@ import nbformat
 import pytest
 import torch
 
-from transformer_course import MultiHeadAttention, experiments, plots
+from transformer_course import experiments, plots
 from transformer_course.attention import split_heads
 from transformer_course.chapters import ch08_scale as ch
 from transformer_course.experiments import score_scaling
@@ -20,16 +20,6 @@ NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "08_why_scale.ipy
 
 
 # --------------------------------------------------------------------------- the variance
-
-
-@pytest.mark.parametrize("dist", ["normal", "sign"])
-def test_random_components_have_mean_0_and_variance_1(dist):
-    x = ch.random_components((200_000,), torch.Generator().manual_seed(0), dist)
-    assert x.dtype == torch.float64
-    assert abs(float(x.mean())) < 0.01
-    assert float(x.var()) == pytest.approx(1.0, abs=0.01)
-    if dist == "sign":
-        assert set(x.unique().tolist()) == {-1.0, 1.0}
 
 
 def test_dot_products_are_sums_of_products():
@@ -98,18 +88,6 @@ def test_runs_plot_refuses_runs_of_the_wrong_length():
         plots.runs_plot(None, [1, 2, 3], {"a": [[1.0, 2.0]]}, xlabel="x", ylabel="y")
     with pytest.raises(ValueError, match="runs: expected at least one setting"):
         plots.runs_plot(None, [1, 2, 3], {}, xlabel="x", ylabel="y")
-
-
-def test_experiment_configs_keep_the_width_and_change_the_head_size():
-    for d_k in score_scaling.D_K:
-        config = score_scaling.config(d_k, scaled=False, seed=3)
-        assert config.d_model == 128 and config.d_model // config.n_heads == d_k
-        assert config.seed == 3 and config.model_kwargs == {"attn_scale": 1.0}
-        model = build_model(DigitTask(), config)
-        assert {m.scale for m in model.modules() if isinstance(m, MultiHeadAttention)} == {1.0}
-    assert score_scaling.config(8, scaled=True, seed=0).model_kwargs == {}
-    with pytest.raises(ValueError, match="d_k: expected a divisor of d_model = 128, got 48"):
-        score_scaling.config(48, scaled=True, seed=0)
 
 
 def test_experiment_results_hold_the_whole_grid():

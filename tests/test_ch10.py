@@ -29,25 +29,6 @@ def _random_weights(*shape: int, seed: int = 0) -> torch.Tensor:
 # --------------------------------------------------------------------------- head scores
 
 
-def test_sentence_scores_of_pure_patterns():
-    n = len(TOKENS)
-    previous = torch.zeros(n, n)
-    previous[0, 0] = 1.0
-    for i in range(1, n):
-        previous[i, i - 1] = 1.0
-    scores = ch.sentence_scores(previous, TOKENS)
-    assert float(scores["previous token"]) == 1.0
-    assert float(scores["next token"]) == 0.0
-    uniform = torch.full((n, n), 1.0 / n)
-    for name, value in ch.sentence_scores(uniform, TOKENS).items():
-        # Every pattern is one key per query ("the" has one other copy): 1/n each.
-        assert float(value) == pytest.approx(1.0 / n), name
-    cls = torch.zeros(n, n)
-    cls[:, 0] = 1.0
-    assert float(ch.sentence_scores(cls, TOKENS)["[CLS]"]) == 1.0
-    assert float(ch.sentence_scores(torch.eye(n), TOKENS)["itself"]) == 1.0
-
-
 def test_sentence_scores_equal_loops_over_queries():
     n = len(TOKENS)
     w = _random_weights(3, 2, n, n)  # (layers, heads, n, n)

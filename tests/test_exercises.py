@@ -41,11 +41,6 @@ def test_verdict_html_is_deterministic_escaped_and_not_colour_only():
     assert "Right:" in Verdict.right("ok")._repr_html_()
 
 
-def test_unanswered_says_so():
-    verdict = unanswered()
-    assert not verdict and "no answer yet" in repr(verdict) and "None" in repr(verdict)
-
-
 # --------------------------------------------------------------------------- compare_tensor
 
 

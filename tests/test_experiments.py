@@ -5,21 +5,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import torch
 
 from transformer_course import experiments
-
-NAMES = sorted(p.stem for p in experiments.RESULTS.glob("*.json"))
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_every_results_file_says_what_made_it(name):
-    results = experiments.load(name)
-    assert results["torch"] and results["cpu"]
-    assert experiments.made_with(results) == (
-        f"made with torch {results['torch']} on {results['cpu']}"
-    )
 
 
 def test_save_records_the_torch_version_and_the_cpu(tmp_path, monkeypatch):

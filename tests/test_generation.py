@@ -104,13 +104,10 @@ def bad_calls():
     memory = torch.randn(4, 9, 32)
     cache = start_cache(model, memory)
     token = torch.full((4,), BOS)
-    nan_memory = memory.masked_fill(memory > 2, torch.nan)
-    flat_mask, square_mask = torch.ones(4, 1, 1, 9), torch.ones(4, 1, 9, 9, dtype=torch.bool)
+    square_mask = torch.ones(4, 1, 9, 9, dtype=torch.bool)
     return [
         ("model", TypeError, lambda: start_cache(torch.nn.Linear(2, 2), memory)),
         ("memory", ValueError, lambda: start_cache(model, torch.randn(4, 9, 16))),
-        ("memory", ValueError, lambda: start_cache(model, nan_memory)),
-        ("memory_mask", TypeError, lambda: start_cache(model, memory, flat_mask)),
         ("memory_mask", ValueError, lambda: start_cache(model, memory, square_mask)),
         ("cache", TypeError, lambda: decode_step(model, {"tokens": token}, token)),
         ("token", TypeError, lambda: decode_step(model, cache, token.float())),
@@ -122,7 +119,7 @@ def bad_calls():
     ]
 
 
-@pytest.mark.parametrize("index", range(12))
+@pytest.mark.parametrize("index", range(10))
 def test_bad_input_is_refused_naming_the_argument(index):
     arg, error, call = bad_calls()[index]
     with pytest.raises(error) as caught:

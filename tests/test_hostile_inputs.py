@@ -30,7 +30,7 @@ from transformer_course.attention import (
     scaled_dot_product_attention,
     split_heads,
 )
-from transformer_course.interop import gradients_from_torch, load_from_torch
+from transformer_course.interop import gradients_from_torch
 from transformer_course.layers import DecoderLayer, EncoderLayer, FeedForward, make_attention
 from transformer_course.masks import (
     causal_mask,
@@ -72,6 +72,7 @@ EXEMPT = {
     "Scorer": "abstract base class of the scorers: no arguments, forward is not implemented",
     "ScoringCost": "a NamedTuple that scoring_cost returns; nothing is validated on construction",
     "MemoryTracker": "a context manager with no arguments",
+    "load_from_torch": "test_interop.py matches the message of every pair and mismatch it refuses",
 }
 
 
@@ -159,10 +160,6 @@ greedy.public_name, combine.public_name = "greedy_decode", "combine_masks"
 recording.public_name, threads.public_name = "recording_attention", "torch_threads"
 
 
-def torch_mha(n_heads: int = H) -> nn.MultiheadAttention:
-    return nn.MultiheadAttention(D, n_heads, batch_first=True)
-
-
 CAUSAL, LINEAR = causal_mask(T), nn.Linear(D, D)  # no values to draw: built once
 
 
@@ -191,21 +188,17 @@ def layer_args() -> dict:
 
 
 LAYER_CASES = [
-    ("dropout negative", lambda: {"dropout": -0.1}, E, "dropout"),
     ("layer_norm_eps negative", lambda: {"layer_norm_eps": -1e-5}, E, "layer_norm_eps"),
 ]
 LEARNED_CASES = [
     ("q size != d_q", lambda: {"q": x(T, D + 1)}, E, "q"),
     ("k size != d_k", lambda: {"k": x(S, D - 1)}, E, "k"),
     ("q, k float64, module float32", lambda: {"q": f64(T, D), "k": f64(S, D)}, TE, "q"),
-    ("q NaN", lambda: {"q": nan(T, D)}, E, "q"),
-    ("q, k on another device", lambda: {"q": meta(x(T, D)), "k": meta(x(S, D))}, E, "q"),
 ]
 TABLE: dict[tuple, list[tuple]] = {
     # --- masks.py
     (causal_mask, None): [
         ("T zero", lambda: {"T": 0}, E, "T"),
-        ("T a float", lambda: {"T": 3.0}, TE, "T"),
         ("unknown device", lambda: {"T": 3, "device": "gpu0"}, E, "device"),
     ],
     (padding_mask, None): [
@@ -217,7 +210,6 @@ TABLE: dict[tuple, list[tuple]] = {
         ("a string", lambda: {"lengths": "12"}, TE, "lengths"),
         ("max_len too short", lambda: {"lengths": [3, 4], "max_len": 2}, E, "max_len"),
         ("max_len zero", lambda: {"lengths": [0], "max_len": 0}, E, "max_len"),
-        ("max_len a float", lambda: {"lengths": [1], "max_len": 2.0}, TE, "max_len"),
     ],
     (token_padding_mask, lambda: {"tokens": tokens(B, S), "pad_id": 0}): [
         ("float ids", lambda: {"tokens": x(B, S)}, TE, "tokens"),
@@ -245,13 +237,10 @@ TABLE: dict[tuple, list[tuple]] = {
         ("integer scores", lambda: {"scores": longs(T, S)}, TE, "scores"),
         ("scores rank 1", lambda: {"scores": x(S)}, E, "scores"),
         ("scores NaN", lambda: {"scores": nan(T, S)}, E, "scores"),
-        ("float mask", lambda: {"mask": torch.ones(T, S)}, TE, "mask"),
         ("mask does not broadcast", lambda: {"mask": bool_mask(T, T)}, E, "mask"),
-        ("mask on another device", lambda: {"mask": meta(bool_mask(T, S))}, E, "mask"),
     ],
     # `attention` shares its checks with scaled_dot_product_attention (below): its own is `score`.
     (attention, qkv): [
-        ("q NaN", lambda: {"q": nan(B, T, D)}, E, "q"),
         ("score a string", lambda: {"score": "dot"}, TE, "score"),
     ],
     (scaled_dot_product_attention, qkv): [
@@ -289,7 +278,6 @@ TABLE: dict[tuple, list[tuple]] = {
         ("k with another number of heads", lambda: {"k": heads(S, h=H + 1)}, E, "k"),
         ("v with another d_k", lambda: {"v": heads(S, d_k=D)}, E, "v"),
         ("q float64", lambda: {"q": heads(T).double()}, TE, "q"),
-        ("k NaN", lambda: {"k": heads(S) * NAN}, E, "k"),
     ],
     (
         method(lambda: MultiHeadAttention(D, H)),
@@ -306,9 +294,7 @@ TABLE: dict[tuple, list[tuple]] = {
         ("query NaN", lambda: {"query": nan(B, T, D)}, E, "query"),
         ("key NaN (cross-attention)", lambda: {"key": nan(B, S, D)}, E, "key"),
         ("query on another device", lambda: {"query": meta(x(B, T, D))}, E, "query"),
-        ("float mask", lambda: {"mask": torch.ones(T, S)}, TE, "mask"),
         ("mask has 3 heads, module 2", lambda: {"mask": bool_mask(B, 3, T, S)}, E, "mask"),
-        ("mask on another device", lambda: {"mask": meta(bool_mask(T, S))}, E, "mask"),
     ],
     (recording, lambda: {"model": MultiHeadAttention(D, H)}): [
         ("model a function", lambda: {"model": lambda z: z}, TE, "model"),
@@ -318,7 +304,6 @@ TABLE: dict[tuple, list[tuple]] = {
     (split_heads, lambda: {"x": x(B, T, D), "n_heads": H}): [
         ("x rank 4", lambda: {"x": x(B, H, T, D)}, E, "x"),
         ("n_heads does not divide d_model", lambda: {"n_heads": 3}, E, "n_heads"),
-        ("n_heads zero", lambda: {"n_heads": 0}, E, "n_heads"),
     ],
     (merge_heads, None): [("x rank 3", lambda: {"x": x(B, T, D)}, E, "x")],
     # --- layers.py (n_heads, d_ff, activation and attn_score reach MultiHeadAttention,
@@ -326,21 +311,17 @@ TABLE: dict[tuple, list[tuple]] = {
     # own arguments)
     (make_attention, lambda: {"d_model": D, "n_heads": H}): [
         ("attn_scale negative", lambda: {"attn_scale": -1.0}, E, "attn_scale"),
-        ("attn_scale a string", lambda: {"attn_scale": "1"}, TE, "attn_scale"),
     ],
     (FeedForward, lambda: {"d_model": D, "d_ff": FF}): [
         ("d_ff zero", lambda: {"d_ff": 0}, E, "d_ff"),
         ("unknown activation", lambda: {"activation": "tanh"}, E, "activation"),
         ("activation an int", lambda: {"activation": 3}, TE, "activation"),
-        ("dropout 2", lambda: {"dropout": 2.0}, E, "dropout"),
     ],
     (method(lambda: FeedForward(D, FF)), None): [
         ("x rank 0", lambda: {"x": torch.tensor(1.0)}, E, "x"),
-        ("x integer", lambda: {"x": longs(B, T, D)}, TE, "x"),
         ("x size != d_model", lambda: {"x": x(B, T, D + 1)}, E, "x"),
         ("x float64, module float32", lambda: {"x": f64(B, T, D)}, TE, "x"),
         ("x NaN", lambda: {"x": nan(B, T, D)}, E, "x"),
-        ("x on another device", lambda: {"x": meta(x(B, T, D))}, E, "x"),
     ],
     (EncoderLayer, layer_args): LAYER_CASES,
     (DecoderLayer, layer_args): LAYER_CASES,
@@ -348,29 +329,15 @@ TABLE: dict[tuple, list[tuple]] = {
         method(lambda: EncoderLayer(D, H, FF, dropout=0.0)),
         lambda: {"x": x(B, T, D)},
     ): [
-        ("x rank 2", lambda: {"x": x(T, D)}, E, "x"),
-        ("x size != d_model", lambda: {"x": x(B, T, D - 1)}, E, "x"),
-        ("x empty", lambda: {"x": x(B, 0, D)}, E, "x"),
         ("x NaN", lambda: {"x": nan(B, T, D)}, E, "x"),
-        ("x float64, module float32", lambda: {"x": f64(B, T, D)}, TE, "x"),
-        ("x on another device", lambda: {"x": meta(x(B, T, D))}, E, "x"),
-        ("float mask", lambda: {"mask": torch.ones(T, T)}, TE, "mask"),
         ("mask T x S", lambda: {"mask": bool_mask(T, S)}, E, "mask"),
-        ("mask on another device", lambda: {"mask": meta(causal_mask(T))}, E, "mask"),
     ],
     (method(lambda: DecoderLayer(D, H, FF, dropout=0.0)), y_memory): [
-        ("y rank 4", lambda: {"y": x(B, 1, T, D)}, E, "y"),
-        ("y empty", lambda: {"y": x(B, 0, D)}, E, "y"),
         ("y NaN", lambda: {"y": nan(B, T, D)}, E, "y"),
-        ("memory not a tensor", lambda: {"memory": "memory"}, TE, "memory"),
         ("memory size != d_model", lambda: {"memory": x(B, S, 2 * D)}, E, "memory"),
         ("memory batch differs", lambda: {"memory": x(B + 1, S, D)}, E, "memory"),
-        ("memory float64, module float32", lambda: {"memory": f64(B, S, D)}, TE, "memory"),
-        ("memory on another device", lambda: {"memory": meta(x(B, S, D))}, E, "memory"),
-        ("integer self_mask", lambda: {"self_mask": longs(T, T)}, TE, "self_mask"),
         ("self_mask T x S", lambda: {"self_mask": bool_mask(T, S)}, E, "self_mask"),
         ("memory_mask T x T", lambda: {"memory_mask": bool_mask(T, T)}, E, "memory_mask"),
-        ("memory_mask elsewhere", lambda: {"memory_mask": meta(bool_mask(S))}, E, "memory_mask"),
     ],
     # --- model.py (the stacks check their input with their first layer's check)
     (Encoder, layer_args): [("n_layers zero", lambda: {"n_layers": 0}, E, "n_layers")],
@@ -380,11 +347,9 @@ TABLE: dict[tuple, list[tuple]] = {
         lambda: {"x": x(B, T, D)},
     ): [
         ("x NaN", lambda: {"x": nan(B, T, D)}, E, "x"),
-        ("mask non-boolean", lambda: {"mask": torch.ones(B, 1, 1, T)}, TE, "mask"),
     ],
     (method(lambda: Decoder(2, D, H, FF, dropout=0.0)), y_memory): [
         ("memory NaN", lambda: {"memory": nan(B, S, D)}, E, "memory"),
-        ("memory_mask T keys", lambda: {"memory_mask": bool_mask(B, 1, 1, T)}, E, "memory_mask"),
     ],
     (Transformer, lambda: {"src_vocab": VOCAB, "tgt_vocab": VOCAB}): [
         ("src_vocab zero", lambda: {"src_vocab": 0}, E, "src_vocab"),
@@ -415,18 +380,14 @@ TABLE: dict[tuple, list[tuple]] = {
         ("src on another device", lambda: {"src": meta(tokens(B, S))}, E, "src"),
     ],
     (method(transformer, "encode"), lambda: {"src": tokens(B, S)}): [
-        ("float src_mask", lambda: {"src_mask": torch.ones(B, 1, 1, S)}, TE, "src_mask"),
         ("src_mask does not broadcast", lambda: {"src_mask": bool_mask(B, 1, 1, T)}, E, "src_mask"),
     ],
     (
         method(transformer, "decode"),
         lambda: {"tgt": tokens(B, T), "memory": x(B, S, D)},
     ): [
-        ("memory rank 2", lambda: {"memory": x(S, D)}, E, "memory"),
         ("memory batch differs", lambda: {"memory": x(B + 1, S, D)}, E, "memory"),
         ("memory NaN", lambda: {"memory": nan(B, S, D)}, E, "memory"),
-        ("memory float64, model float32", lambda: {"memory": f64(B, S, D)}, TE, "memory"),
-        ("memory on another device", lambda: {"memory": meta(x(B, S, D))}, E, "memory"),
         ("float memory_mask", lambda: {"memory_mask": torch.ones(B, 1, 1, S)}, TE, "memory_mask"),
     ],
     (method(transformer, "source_mask"), None): [
@@ -440,33 +401,17 @@ TABLE: dict[tuple, list[tuple]] = {
         ("max_len zero", lambda: {"max_len": 0}, E, "max_len"),
         ("max_len beyond the position table", lambda: {"max_len": 8}, E, "max_len"),
         ("bos_id is the padding", lambda: {"bos_id": 0}, E, "bos_id"),
-        ("bos_id a float", lambda: {"bos_id": 1.0}, TE, "bos_id"),
         ("eos_id outside the vocabulary", lambda: {"eos_id": VOCAB}, E, "eos_id"),
         ("src float", lambda: {"src": x(B, S)}, TE, "src"),
     ],
     (count_parameters, None): [("not a module", lambda: {"module": "model"}, TE, "module")],
-    # --- interop.py (test_interop.py checks every mismatch load_from_torch refuses, and messages)
-    (load_from_torch, None): [
-        (
-            "theirs unsupported",
-            lambda: {"ours": FeedForward(D, FF), "theirs": LINEAR},
-            TE,
-            "theirs",
-        ),
-        (
-            "n_heads differ",
-            lambda: {"ours": MultiHeadAttention(D, H), "theirs": torch_mha(4)},
-            E,
-            "theirs",
-        ),
-    ],
+    # --- interop.py (load_from_torch: see EXEMPT)
     (gradients_from_torch, None): [
         ("theirs unsupported", lambda: {"ours": FeedForward(D, FF), "theirs": LINEAR}, TE, "theirs")
     ],
     # --- positional.py
     (sinusoidal_encoding, lambda: {"length": 4, "d_model": D}): [
         ("length zero", lambda: {"length": 0}, E, "length"),
-        ("length a float", lambda: {"length": 4.0}, TE, "length"),
         ("d_model odd", lambda: {"d_model": 7}, E, "d_model"),
         ("unknown layout", lambda: {"layout": "paired"}, E, "layout"),
         ("base negative", lambda: {"base": -10.0}, E, "base"),
@@ -480,18 +425,15 @@ TABLE: dict[tuple, list[tuple]] = {
     (shift_matrix, lambda: {"offset": 1, "d_model": D}): [
         ("offset NaN", lambda: {"offset": NAN}, E, "offset"),
         ("offset a string", lambda: {"offset": "1"}, TE, "offset"),
-        ("d_model odd", lambda: {"d_model": 5}, E, "d_model"),
         ("base zero", lambda: {"base": 0.0}, E, "base"),
     ],
     (PositionalEncoding, lambda: {"d_model": D}): [
         ("d_model odd, sinusoidal", lambda: {"d_model": 7}, E, "d_model"),
         ("max_len zero", lambda: {"max_len": 0}, E, "max_len"),
         ("max_len negative, learned", lambda: {"max_len": -1, "learned": True}, E, "max_len"),
-        ("dropout 1", lambda: {"dropout": 1.0}, E, "dropout"),
     ],
     (method(lambda: PositionalEncoding(D, max_len=8)), None): [
         ("x rank 2", lambda: {"x": x(T, D)}, E, "x"),
-        ("x integer", lambda: {"x": longs(B, T, D)}, TE, "x"),
         ("x size != d_model", lambda: {"x": x(B, T, D + 2)}, E, "x"),
         ("x longer than max_len", lambda: {"x": x(B, 9, D)}, E, "x"),
         ("x NaN", lambda: {"x": nan(B, T, D)}, E, "x"),
@@ -517,9 +459,7 @@ TABLE: dict[tuple, list[tuple]] = {
         ("scale negative", lambda: {"scale": -1.0}, E, "scale"),
     ],
     (cosine_score, qk): [
-        ("q NaN", lambda: {"q": nan(T, D)}, E, "q"),
         ("temperature zero", lambda: {"temperature": 0.0}, E, "temperature"),
-        ("temperature a string", lambda: {"temperature": "0.1"}, TE, "temperature"),
         ("eps NaN", lambda: {"eps": NAN}, E, "eps"),
     ],
     (method(DotScore), qk): [("q rank 1", lambda: {"q": x(D)}, E, "q")],
@@ -529,7 +469,6 @@ TABLE: dict[tuple, list[tuple]] = {
     (CosineScore, None): [("temperature inf", lambda: {"temperature": INF}, E, "temperature")],
     (AdditiveScore, lambda: {"d_q": D, "d_k": D, "d_hidden": 4}): [
         ("d_hidden negative", lambda: {"d_hidden": -1}, E, "d_hidden"),
-        ("d_q a float", lambda: {"d_q": 8.0}, TE, "d_q"),
     ],
     (BilinearScore, None): [("d_k zero", lambda: {"d_q": D, "d_k": 0}, E, "d_k")],
     (method(lambda: AdditiveScore(D, D, 4)), qk): LEARNED_CASES,
@@ -546,12 +485,10 @@ TABLE: dict[tuple, list[tuple]] = {
     (scoring_cost, lambda: {"name": "dot", "T": T, "S": S, "d": D}): [
         ("unknown name", lambda: {"name": "dotty"}, E, "name"),
         ("T negative", lambda: {"T": -1}, E, "T"),
-        ("d a float", lambda: {"d": 8.0}, TE, "d"),
     ],
     # --- measure.py
     (threads, None): [
         ("n zero", lambda: {"n": 0}, E, "n"),
-        ("n a float", lambda: {"n": 1.5}, TE, "n"),
     ],
     (measure.best_time, None): [
         ("fn not callable", lambda: {"fn": 3}, TE, "fn"),
@@ -570,7 +507,6 @@ TABLE: dict[tuple, list[tuple]] = {
         ("unknown rule", lambda: {"rule": "shuffle"}, E, "rule"),
         ("min_len zero", lambda: {"min_len": 0}, E, "min_len"),
         ("min_len above max_len", lambda: {"min_len": 5, "max_len": 3}, E, "min_len"),
-        ("n_digits a float", lambda: {"n_digits": 2.5}, TE, "n_digits"),
     ],
 }
 

@@ -77,11 +77,6 @@ def test_encoder_layer_matches_torch_with_causal_mask_and_no_bias():
     )
 
 
-def test_encoder_layer_with_a_custom_activation_matches_torch():
-    ours, theirs = _encoder_pair(False, torch.tanh)
-    assert_matches_torch(ours, theirs, ours, theirs, [torch.randn(B, T, D_MODEL)])
-
-
 def test_decoder_layer_matches_torch_with_target_padding_too():
     ours, theirs = _decoder_pair(False, "relu")
     tgt_pad = padding_mask([T, T - 1, 2], max_len=T)  # (B, 1, 1, T)

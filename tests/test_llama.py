@@ -21,13 +21,11 @@ from transformer_course.llama import (
     Llama,
     LlamaConfig,
     RMSNorm,
-    SwiGLU,
     apply_rotary,
     attention_weights,
     rotary_angles,
     rotate_half,
 )
-from transformer_course.measure import count_parameters
 
 TINY = LlamaConfig(
     vocab_size=50,
@@ -104,22 +102,6 @@ def test_grouped_query_attention_equals_torchs_sdpa_with_enable_gqa():
     assert weights.shape == (2, 6, 9, 9) and bool((weights.triu(1) == 0).all())
 
 
-def test_swiglu_is_the_gated_formula():
-    torch.manual_seed(2)
-    ffn = SwiGLU(12, 20)
-    x = torch.randn(4, 12)
-    gate = x @ ffn.gate_proj.weight.T
-    expected = ((gate * torch.sigmoid(gate)) * (x @ ffn.up_proj.weight.T)) @ ffn.down_proj.weight.T
-    torch.testing.assert_close(ffn(x), expected, atol=1e-6, rtol=0)
-
-
-def test_the_output_projection_is_the_embedding_table():
-    model = tiny_model()
-    assert model.lm_head.weight is model.embed.weight
-    per_block = 2 * 48 + 48 * 48 * 2 + 48 * 16 * 2 + 3 * 48 * 80  # norms, q/o, k/v, SwiGLU
-    assert count_parameters(model) == 50 * 48 + 2 * per_block + 48
-
-
 # --------------------------------------------------------------------------- the tiny model
 
 
@@ -191,33 +173,6 @@ def test_attention_weights_of_every_layer_and_head():
 
 
 # --------------------------------------------------------------------------- the GGUF mapping
-
-
-def llama_cpp_permute(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """llama.cpp's convert_hf_to_gguf.py `LlamaModel.permute`, written again for the test."""
-    rows = weight.shape[0]
-    return (
-        weight.reshape(n_heads, 2, rows // n_heads // 2, *weight.shape[1:])
-        .swapaxes(1, 2)
-        .reshape(weight.shape)
-    )
-
-
-def test_unpermute_rotary_undoes_llama_cpps_permutation():
-    weight = torch.randn(9 * 64, 576)
-    torch.testing.assert_close(
-        gguf_loader.unpermute_rotary(llama_cpp_permute(weight, 9), 9), weight, atol=0, rtol=0
-    )
-    kv = torch.randn(3 * 64, 576)
-    torch.testing.assert_close(
-        gguf_loader.unpermute_rotary(llama_cpp_permute(kv, 3), 3), kv, atol=0, rtol=0
-    )
-
-
-def test_the_name_map_covers_every_parameter_once():
-    names = gguf_loader.gguf_name_map(TINY.n_layers)
-    assert set(names) == set(dict(Llama(TINY).named_parameters()))
-    assert len(set(names.values())) == len(names) == 2 + 9 * TINY.n_layers
 
 
 METADATA = {

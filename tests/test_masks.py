@@ -1,6 +1,8 @@
-"""Masks: values, shapes, combination, conversion to torch.nn's opposite convention.
+"""Masks: values, shapes, combination.
 
-The convention: a boolean mask, True = may attend. Bad arguments are in test_hostile_inputs.py.
+The convention: a boolean mask, True = may attend. Bad arguments are in test_hostile_inputs.py;
+the conversions to torch.nn's opposite convention are checked by each comparison with torch.nn
+(test_layers.py, test_model.py), which fails if a mask is not inverted right.
 """
 
 from __future__ import annotations
@@ -12,9 +14,6 @@ from transformer_course.masks import (
     causal_mask,
     combine_masks,
     padding_mask,
-    to_key_padding_mask,
-    to_torch_mask,
-    token_padding_mask,
 )
 
 
@@ -45,14 +44,6 @@ def test_padding_mask_from_tensor_equals_from_list(dtype):
     assert from_tensor.sum(dim=-1).flatten().tolist() == lengths
 
 
-def test_token_padding_mask_marks_the_tokens_that_are_not_pad_id():
-    tokens = torch.tensor([[5, 6, 7, 0], [8, 0, 0, 0]])
-    mask = token_padding_mask(tokens, pad_id=0)
-    assert mask.dtype == torch.bool
-    assert torch.equal(mask, padding_mask([3, 1], max_len=4))  # (B, 1, 1, S)
-    assert token_padding_mask(tokens, pad_id=7)[0, 0, 0].tolist() == [True, True, False, True]
-
-
 def test_combine_masks_is_logical_and_with_broadcasting():
     causal = causal_mask(4)  # (T, T)
     padding = padding_mask([4, 2], max_len=4)  # (B, 1, 1, S)
@@ -67,20 +58,3 @@ def test_combine_masks_is_logical_and_with_broadcasting():
     assert torch.equal(causal, before[0]) and torch.equal(padding, before[1])  # inputs unchanged
     assert torch.equal(combine_masks(None, causal), causal)
     assert combine_masks() is None and combine_masks(None, None) is None
-
-
-def test_conversions_to_torchs_convention_invert():
-    mask = causal_mask(4)
-    blocked = to_torch_mask(mask)
-    assert blocked.dtype == torch.bool
-    assert not blocked[2, 1] and blocked[1, 2]  # may attend to the past, blocked from the future
-    assert torch.equal(to_torch_mask(blocked), mask)
-    # key_padding_mask: (B, S), True = pad, from our (B, 1, 1, S) or (B, S) masks
-    padding = padding_mask([3, 1], max_len=4)
-    assert to_key_padding_mask(padding).tolist() == [
-        [False, False, False, True],
-        [False, True, True, True],
-    ]
-    assert torch.equal(to_key_padding_mask(padding[:, 0, 0]), to_key_padding_mask(padding))
-    tokens = torch.tensor([[4, 4, 0], [4, 0, 0]])
-    assert torch.equal(to_key_padding_mask(token_padding_mask(tokens, pad_id=0)), tokens == 0)

@@ -56,18 +56,6 @@ def test_float32_table_is_the_rounded_float64_table():
 
 
 @FAST
-@given(d_model=even_d, base=st.floats(1.5, 1e5))
-def test_frequencies(d_model, base):
-    omega = frequencies(d_model, base, dtype=torch.float64)
-    assert omega.shape == (d_model // 2,)
-    expected = [base ** (-2 * i / d_model) for i in range(d_model // 2)]
-    torch.testing.assert_close(omega, torch.tensor(expected, dtype=torch.float64), **TIGHT)
-    assert omega[0].item() == 1.0
-    if d_model > 2:
-        assert bool((omega[1:] < omega[:-1]).all())  # strictly slower with each pair
-
-
-@FAST
 @given(length=st.integers(1, 30), d_model=even_d)
 def test_concatenated_layout_is_a_column_permutation(length, d_model):
     inter = sinusoidal_encoding(length, d_model, dtype=torch.float64)

@@ -1,6 +1,6 @@
 """Properties of attention that must hold for every shape, checked by hypothesis on random shapes.
 
-Everything runs in float64, so "does not change" can be checked to 1e-12 while any real leak of
+Everything runs in float64, so "equal" can be checked to 1e-10 while any real leak of
 information would move the output by far more. Tensors come from a seed drawn by hypothesis, so a
 failing example is reproducible and shrinks to small shapes.
 """
@@ -13,11 +13,9 @@ from hypothesis import strategies as st
 from torch.testing import assert_close
 
 from transformer_course.attention import MultiHeadAttention, scaled_dot_product_attention
-from transformer_course.masks import padding_mask
 
 # Small shapes and few examples: the whole file runs in a few seconds.
 PROPERTY = settings(max_examples=25, deadline=None)
-UNCHANGED = {"rtol": 0.0, "atol": 1e-12}
 EQUAL64 = {"rtol": 1e-10, "atol": 1e-10}
 
 seeds = st.integers(0, 2**31 - 1)
@@ -148,38 +146,3 @@ def test_fused_path_equals_explicit_path_forward_and_backward(randn64, shape, la
     for explicit, fused in zip(*results, strict=True):
         assert torch.isfinite(fused).all()
         assert_close(fused, explicit, **EQUAL64)
-
-
-# --------------------------------------------------------------------------- padding
-
-
-@PROPERTY
-@given(shapes(), seeds, st.booleans(), st.data())
-def test_padding_real_positions_ignore_pad_inputs(randn64, shape, seed, need_weights, data):
-    B, h, T, _, d_k = shape
-    lengths = data.draw(st.lists(st.integers(1, T), min_size=B, max_size=B), label="lengths")
-    mha = make_mha(h * d_k, h, seed)
-    mask = padding_mask(lengths, max_len=T)  # (B, 1, 1, T)
-    real = mask[:, 0, 0, :]  # (B, T)
-
-    x = randn64(B, T, h * d_k, seed=seed)
-    output, _ = mha(x, x, x, mask=mask, need_weights=need_weights)
-    changed = torch.where(real[..., None], x, randn64(B, T, h * d_k, seed=seed + 1))
-    changed_output, _ = mha(changed, changed, changed, mask=mask, need_weights=need_weights)
-    assert_close(changed_output[real], output[real], **UNCHANGED)
-
-
-@PROPERTY
-@given(shapes(), seeds, st.booleans(), st.data())
-def test_padding_cross_attention_ignores_pad_memory(randn64, shape, seed, need_weights, data):
-    B, h, T, S, d_k = shape
-    lengths = data.draw(st.lists(st.integers(1, S), min_size=B, max_size=B), label="lengths")
-    mha = make_mha(h * d_k, h, seed)
-    mask = padding_mask(lengths, max_len=S)  # (B, 1, 1, S)
-    real = mask[:, 0, 0, :, None]  # (B, S, 1)
-
-    query, memory = randn64(B, T, h * d_k, seed=seed), randn64(B, S, h * d_k, seed=seed + 1)
-    output, _ = mha(query, memory, memory, mask=mask, need_weights=need_weights)
-    changed = torch.where(real, memory, randn64(B, S, h * d_k, seed=seed + 2))
-    changed_output, _ = mha(query, changed, changed, mask=mask, need_weights=need_weights)
-    assert_close(changed_output, output, **UNCHANGED)

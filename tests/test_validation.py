@@ -83,12 +83,3 @@ def test_inner_calls_trust_their_caller_and_the_flag_resets_after_an_error():
         small_transformer().encoder(torch.full((2, 3, 16), float("nan")))
     with pytest.raises(ValueError, match="scores"):
         masked_softmax(torch.zeros(3))
-
-
-def test_check_mask_accepts_exactly_the_shapes_that_broadcast():
-    target = (2, 4, 3, 5)
-    for shape in [(5,), (3, 5), (1, 5), (2, 1, 1, 5), (4, 3, 1), (2, 4, 3, 5)]:
-        _validation.check_mask("mask", torch.ones(shape, dtype=torch.bool), target)
-    for shape in [(4,), (3, 4), (3, 1, 4, 3, 5), (2, 2, 3, 5), (6, 1, 1, 1)]:
-        with pytest.raises(ValueError, match="^mask: expected a shape that broadcasts"):
-            _validation.check_mask("mask", torch.ones(shape, dtype=torch.bool), target)
