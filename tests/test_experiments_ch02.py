@@ -79,7 +79,7 @@ def test_the_stored_runs_support_what_chapter_2_says_of_them():
 
     warm = experiment.SETTINGS["warmup_steps"]
     assert not any(r["diverged"] for r in rows)  # "none of the 20 runs blew up to NaN"
-    assert all(1.65 < r["curve"][6] < 1.9 for r in rows)  # the plateau (steps 61-70)
+    assert all(1.65 < r["curve"][6] < 1.9 for r in rows)  # the plateau (steps 61-70): "1.7 to 1.9"
     pre = setting("pre-LN", warm) + setting("pre-LN", 0)
     assert all(110 <= step_below(r) <= 150 and r["final_loss"] < 0.01 for r in pre)
     post_warm = setting("post-LN", warm)
@@ -88,7 +88,7 @@ def test_the_stored_runs_support_what_chapter_2_says_of_them():
     stalled = [r for r in setting("post-LN", 0) if r["final_loss"] > 1.0]
     learned = [r for r in setting("post-LN", 0) if r["final_loss"] < 0.02]
     assert len(stalled) == 3 and len(learned) == 2
-    assert all(1.25 <= r["final_loss"] < 1.65 for r in stalled)  # "between 1.3 and 1.6"
+    assert all(1.25 <= r["final_loss"] < 1.65 for r in stalled)  # printed "1.3 to 1.6"
     # "1 fell below 1 only in the last stretch, at step 300, and 2 never did"
     assert sorted(step_below(r) or 0 for r in stalled) == [0, 0, 300]
     assert sorted(step_below(r) for r in learned) == [200, 210]  # "at steps 200 and 210"
