@@ -153,8 +153,11 @@ def test_the_heads_the_appendix_describes(study):
     assert tops["[SEP]"][2] < 2.5 * uniform  # no [SEP] specialist in this model
     assert tops["itself"][:2] == tops["same word"][:2] == (0, 8)
     assert tops["itself"][2] < 0.25 < tops["same word"][2]
-    # Most heads of layers 2 to 5 give [CLS] more than half of their weight.
-    assert float((study.scores["[CLS]"][1:5] > 0.5).float().mean()) > 0.5
+    # Most heads of layers 2 to 5 give [CLS] more than half of their weight (the notebook prints
+    # how many); none is so close to a half that another machine could count it differently.
+    resting = study.scores["[CLS]"][1:5]
+    assert float((resting > 0.5).float().mean()) > 0.5
+    assert float((resting - 0.5).abs().min()) > 0.005
 
 
 def test_printed_scores_are_far_from_rounding_boundaries(study):
