@@ -87,9 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     pins = pinned_versions()
-    stale = {name: installed_version(name) for name in pins}
-    stale = {name: got for name, got in stale.items() if got != pins[name]}
-    if args.force or stale:
+    if args.force or any(installed_version(name) != version for name, version in pins.items()):
         npm_ci()
     for name, version in pins.items():
         got = installed_version(name)

@@ -260,8 +260,7 @@ def read_terms(path: Path = TERMS) -> list[dict[str, str]]:
 
 @functools.cache
 def _term_fixes() -> tuple[tuple[str, str], ...]:
-    """(OpenCC's Traditional, the table's) for each term where the two differ, then the
-    corrections: (wrong, right) in context, where OpenCC's phrases chose the wrong character."""
+    """(OpenCC's, right) pairs: the term table's where they differ, then hant-corrections.csv."""
     pairs = ((OPENCC.convert(t["zh_hans"]), t["zh_hant"]) for t in read_terms())
     fixes = tuple((ours, table) for ours, table in pairs if ours != table)
     return fixes + tuple((c["wrong"], c["right"]) for c in read_terms(CORRECTIONS))
@@ -286,8 +285,13 @@ def traditional_catalogue(simplified: Catalog) -> Catalog:
     for m in simplified:
         if m.id:
             string = to_traditional(m.string) if m.string else ""
-            comments = {"auto_comments": m.auto_comments, "user_comments": m.user_comments}
-            out.add(m.id, string, flags=m.flags, **comments)
+            out.add(
+                m.id,
+                string,
+                flags=m.flags,
+                auto_comments=m.auto_comments,
+                user_comments=m.user_comments,
+            )
     return out
 
 

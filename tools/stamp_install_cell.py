@@ -88,11 +88,8 @@ def install_cell_source(url: str, branch: str = "main") -> str:
 
 def is_install_cell(cell: nbformat.NotebookNode) -> bool:
     """The stamped cell, found by its id or (after a copy that renumbered ids) by its source."""
-    if cell.cell_type != "code":
-        return False
-    if cell.get("id") == CELL_ID:
-        return True
-    return f'importlib.util.find_spec("{PACKAGE}") is None' in cell.source
+    marker = f'importlib.util.find_spec("{PACKAGE}") is None'
+    return cell.cell_type == "code" and (cell.get("id") == CELL_ID or marker in cell.source)
 
 
 def stamp(nb: nbformat.NotebookNode, source: str) -> bool:
