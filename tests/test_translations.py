@@ -8,7 +8,8 @@
 - The Traditional catalogues are exactly what OpenCC (s2tw), the term table and the corrections
   make of the Simplified ones, translators' comments included: nobody edits them by hand, and they
   never fall behind. None holds a wrong string of locales/hant-corrections.csv.
-- A translated notebook keeps every code cell, output and widget state of the English one.
+- A translated notebook keeps every code cell and output of the English one, and its saved widgets
+  (the same models and pictures) say their text in Chinese; slots {0} carry the numbers across.
 - The Chinese search indexes Chinese and Latin words as Sphinx's own does.
 """
 
@@ -23,6 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
 @pytest.fixture(scope="module")
@@ -201,12 +203,24 @@ def test_translate_markdown_keeps_code_and_structure():
     )
 
 
+def widget_texts(metadata: dict) -> list[str]:
+    """Every text of a notebook's saved widgets, as the translation finds it."""
+    found: list[str] = []
+    i18n.map_widget_text(metadata, lambda text: found.append(text) or text)
+    return found
+
+
+def model_names(metadata: dict) -> dict[str, str]:
+    state = metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    return {key: model["model_name"] for key, model in state.items()}
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_translated_notebook_keeps_the_code(path: Path):
-    messages = i18n.translations(i18n.SIMPLIFIED)[f"notebooks/{path.stem}"]
+    catalogues = i18n.translations(i18n.SIMPLIFIED)
+    messages = catalogues[f"notebooks/{path.stem}"]
     english = nbformat.read(path, as_version=4)
-    chinese = i18n.translate_notebook(path, messages)
-    assert chinese.metadata == english.metadata
+    chinese = i18n.translate_notebook(path, messages, catalogues["widgets"])
     assert len(chinese.cells) == len(english.cells)
     untranslated = []
     for a, b in zip(english.cells, chinese.cells, strict=True):
@@ -220,6 +234,45 @@ def test_translated_notebook_keeps_the_code(path: Path):
             if i18n.english_prose(line) and not re.search(r"[\u4e00-\u9fff]", line):
                 untranslated.append(line[:80])
     assert not untranslated, f"{len(untranslated)} English lines left: {untranslated[:5]}"
+    # The same widgets, each text in Chinese but example input (its English kept, glossed).
+    assert model_names(chinese.metadata) == model_names(english.metadata)
+    texts = widget_texts(chinese.metadata)
+    assert len(texts) == len(widget_texts(english.metadata)) > 0
+    english_left = [t for t in texts if i18n.english_prose(t) and not CJK.search(t)]
+    assert not english_left, f"{len(english_left)} widget texts in English: {english_left[:5]}"
+
+
+def test_widget_text_is_translated_with_its_numbers():
+    """A frame's caption is found outside its picture, matched as a message with its numbers as
+    slots, and written back with the numbers in the translation's order, escaped as HTML."""
+    picture = '<svg viewBox="0 0 9 9"><title>Query 2 weights</title><text>key</text></svg>'
+    value = (
+        f"<figure>{picture}<figcaption> Query 2 &amp; key 0.75 &lt;bos&gt;</figcaption></figure>"
+    )
+    state = {
+        "a": {"model_name": "HTMLModel", "state": {"value": value}},
+        "b": {
+            "model_name": "DropdownModel",
+            "state": {"description": "Query q", "_options_labels": ["(2, 1)", "first one"]},
+        },
+    }
+    metadata = {"widgets": {"application/vnd.jupyter.widget-state+json": {"state": state}}}
+    assert widget_texts(metadata) == ["Query 2 & key 0.75 <bos>", "Query q", "(2, 1)", "first one"]
+    assert i18n.widget_message("Query 2 & key 0.75 <bos>") == (
+        "Query {0} & key {1} <bos>",
+        ["2", "0.75"],
+    )
+    messages = {"Query {0} & key {1} <bos>": "键 {1} & 查询 {0} <bos>", "Query q": "查询 q"}
+    i18n.translate_widgets(metadata, messages)
+    assert state["a"]["state"]["value"] == (
+        f"<figure>{picture}<figcaption> 键 0.75 &amp; 查询 2 &lt;bos&gt;</figcaption></figure>"
+    )
+    assert state["b"]["state"]["description"] == "查询 q"
+    assert state["b"]["state"]["_options_labels"] == ["(2, 1)", "first one"]  # no message: kept
+    # A translation that drops or invents a slot is refused by the gate.
+    assert i18n.markup_problems("Query {0} of {1}", "查询 {0}") == [
+        "placeholders differ: missing ['{1}'], added []"
+    ]
 
 
 def test_the_gate_can_fail(tmp_path: Path):

@@ -10,8 +10,9 @@
 - The Chinese editions (`sphinx-build -D language=zh_CN`, see tools/i18n.py): their title and
   search placeholder; on every page of every edition a switcher to the same page in the others
   (with `<link rel="alternate" hreflang>`); the diagrams' labels from diagrams.po and the prose
-  comments of the exercises' hidden solutions from solutions.po; the toc's part captions; and, as
-  each page's download, its notebook (or Markdown) with the prose translated, the code unchanged.
+  comments of the exercises' hidden solutions from solutions.po; the saved widgets' text from
+  widgets.po; the toc's part captions; and, as each page's download, its notebook (or Markdown)
+  with the prose and widgets translated, the code unchanged.
 - Optional sections: a notebook's markdown cell tagged `going-further` becomes a `going-further`
   container (its leading targets and heading stay outside), shown by book/static/book.css as a
   labelled block (MyST-NB gives only code cells' tags to their HTML classes).
@@ -188,7 +189,8 @@ def _translated_sources(app: Sphinx, exception: Exception | None) -> None:
         target = Path(app.outdir, "_sources", docname + source.suffix)
         messages = _catalogue(app.config.language).get(docname, {})
         if target.exists() and source.suffix == ".ipynb":
-            nbformat.write(i18n.translate_notebook(source, messages), target)
+            widgets = _catalogue(app.config.language).get("widgets", {})
+            nbformat.write(i18n.translate_notebook(source, messages, widgets), target)
         elif target.exists():
             text = i18n.translate_markdown(source.read_text(encoding="utf-8"), messages)
             target.write_text(text, encoding="utf-8")
@@ -213,7 +215,7 @@ def _note_catalogues(app: Sphinx, doctree: nodes.document) -> None:
     """A page depends on the catalogues read here too: an incremental build re-reads it."""
     if app.config.language in i18n.EDITIONS:
         root = i18n.LOCALES / app.config.language / "LC_MESSAGES"
-        for name in ("diagrams", "solutions", app.env.docname):
+        for name in ("diagrams", "solutions", "widgets", app.env.docname):
             app.env.note_dependency(str(root / f"{name}.po"))
 
 
@@ -260,6 +262,16 @@ def _going_further_blocks(app: Sphinx, docname: str, source: list[str]) -> None:
     source[0] = json.dumps(notebook)
 
 
+def _translate_widgets(app: Sphinx, docname: str, source: list[str]) -> None:
+    """A Chinese edition's notebook with its saved widgets' text translated (widgets.po)."""
+    if app.config.language in i18n.EDITIONS and str(app.env.doc2path(docname)).endswith(".ipynb"):
+        notebook = json.loads(source[0])
+        i18n.translate_widgets(
+            notebook["metadata"], _catalogue(app.config.language).get("widgets", {})
+        )
+        source[0] = json.dumps(notebook)
+
+
 class GoingFurtherSources(SphinxTransform):
     """Give the text in a going-further block its page as source: MyST leaves a table's cells in a
     directive without one, and Sphinx neither extracts nor translates text that has none."""
@@ -277,6 +289,7 @@ class GoingFurtherSources(SphinxTransform):
 def setup(app: Sphinx) -> dict[str, bool]:
     app.set_html_assets_policy("always")  # MathJax on every page (titles in the navigation)
     app.connect("source-read", _going_further_blocks)
+    app.connect("source-read", _translate_widgets)
     app.connect("config-inited", _repository_buttons)
     app.connect("config-inited", _edition)
     app.add_search_language(ChineseSearch)

@@ -6,8 +6,9 @@
     python tools/i18n.py build zh_CN   # the Simplified edition -> _build/html/zh-Hans/
 
 Sphinx extracts the messages (`-b gettext`) and builds an edition (`-D language=zh_CN`);
-sphinx-intl merges them into the catalogues. Ours: diagrams.po (the diagrams' labels) and
-solutions.po (the prose comments of the exercises' hidden solutions).
+sphinx-intl merges them into the catalogues. Ours: diagrams.po (the diagrams' labels),
+solutions.po (the prose comments of the exercises' hidden solutions) and widgets.po (the text of
+the saved widgets: titles, explanations, hints, control and option labels, the frames' captions).
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ import argparse
 import csv
 import functools
 import html
+import itertools
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,7 +85,8 @@ def extract(outdir: Path = POT_DIR) -> Path:
     shutil.rmtree(outdir, ignore_errors=True)
     if sphinx("-b", "gettext", "-E", "-q", "-d", outdir / ".doctrees", ".", outdir):
         raise SystemExit("the gettext build failed")
-    for name, messages in (("diagrams", diagram_messages()), ("solutions", solution_messages())):
+    ours = ("diagrams", diagram_messages()), ("solutions", solution_messages())
+    for name, messages in (*ours, ("widgets", widget_messages())):
         catalog = Catalog(project=name)
         for message in messages:
             catalog.add(message)
@@ -216,13 +220,84 @@ def translate_markdown(text: str, messages: dict[str, str]) -> str:
     return re.sub("\x00(\\d+)\x00", lambda m: slots[int(m.group(1))], text)
 
 
-def translate_notebook(source: Path, messages: dict[str, str]):
-    """The notebook with its markdown cells translated and every other cell exactly as it is."""
+def translate_notebook(source: Path, messages: dict[str, str], widgets: dict[str, str]):
+    """The notebook with its markdown cells and saved widgets translated (`messages`, `widgets`),
+    and every other cell exactly as it is."""
     notebook = nbformat.read(source, as_version=4)
     for cell in notebook.cells:
         if cell.cell_type == "markdown":
             cell.source = translate_markdown(cell.source, messages)
+    translate_widgets(notebook.metadata, widgets)
     return notebook
+
+
+# The saved widgets' text: what a reader sees outside the pictures (an <svg> is a picture; its
+# labels stay as the code drew them). A frame's caption differs from the next in its numbers only,
+# so a message is the text with its numbers as {0}, {1}, ... (a translation may reorder them).
+_HTML_TEXT = re.compile(r"<svg\b.*?</svg>|(?<=>)[^<]+(?=<)", re.S)
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_SLOT = re.compile(r"\{(\d+)\}")
+
+
+def map_widget_text(metadata: dict, change: Callable[[str], str]) -> None:
+    """Pass every text of a notebook's saved widgets through `change`, in place: the HTML widgets'
+    text outside pictures, and the controls' labels and their options' labels."""
+    state = metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
+    for model in state.get("state", {}).values():
+        attributes = model["state"]
+        if attributes.get("description"):
+            attributes["description"] = change(attributes["description"])
+        if attributes.get("_options_labels"):
+            attributes["_options_labels"] = [change(x) for x in attributes["_options_labels"]]
+        if model["model_name"] == "HTMLModel" and attributes.get("value"):
+            value = _HTML_TEXT.sub(lambda m: _change_html(m.group(0), change), attributes["value"])
+            attributes["value"] = value
+
+
+def _change_html(text: str, change: Callable[[str], str]) -> str:
+    """An HTML text node through `change`, unescaped, its surrounding white space kept (a picture
+    as it is)."""
+    if text.startswith("<svg"):
+        return text
+    plain = html.unescape(text)
+    body = plain.strip()
+    return text if not body else html.escape(plain.replace(body, change(body)), quote=False)
+
+
+def widget_message(text: str) -> tuple[str, list[str]]:
+    """A widget's text as a message (its numbers as {0}, {1}, ...), and the numbers."""
+    numbers, slots = _NUMBER.findall(text), itertools.count()
+    return _NUMBER.sub(lambda m: f"{{{next(slots)}}}", text), numbers
+
+
+def is_widget_message(text: str) -> bool:
+    """Text with a word in it (bare numbers and symbols stay as they are)."""
+    return bool(re.search(r"[A-Za-z]{2,}", text))
+
+
+def widget_messages() -> list[str]:
+    """The messages of every notebook's saved widgets (as `map_widget_text` finds the text)."""
+    found: dict[str, None] = {}
+
+    def collect(text: str) -> str:
+        if is_widget_message(text):
+            found.setdefault(widget_message(text)[0], None)
+        return text
+
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        map_widget_text(nbformat.read(path, as_version=4).metadata, collect)
+    return list(found)
+
+
+def translate_widgets(metadata: dict, messages: dict[str, str]) -> None:
+    """A notebook's saved widgets with their text translated (widgets.po), in place."""
+
+    def translate(text: str) -> str:
+        message, numbers = widget_message(text)
+        new = messages.get(message) if is_widget_message(text) else None
+        return text if new is None else _SLOT.sub(lambda m: numbers[int(m.group(1))], new)
+
+    map_widget_text(metadata, translate)
 
 
 # A comment in a hidden cell (an exercise's solution): `x = 1  # the prose`, two words or more.
@@ -350,8 +425,8 @@ MARKDOWN = MarkdownIt("commonmark").use(dollarmath_plugin)
 
 
 def markup_problems(msgid: str, msgstr: str) -> list[str]:
-    """What a translation broke: maths, code, link and cross-reference targets must survive as they
-    are, and its emphasis must still parse (CommonMark does not close `**` after a CJK bracket that
+    """What a translation broke: maths, code, link and cross-reference targets and a widget
+    message's {0} slots must survive as they are, and its emphasis must still parse (CommonMark does not close `**` after a CJK bracket that
     a CJK character follows: write `**术语**（term）`, not `**术语（term）**的`)."""
     problems = []
     roles_id = sorted(m.group(2).strip() for m in _ROLE.finditer(msgid))
@@ -364,6 +439,7 @@ def markup_problems(msgid: str, msgstr: str) -> list[str]:
         ("inline code", _CODE, plain_id, plain_str),
         ("link targets", _TARGET, msgid, msgstr),
         ("labels", _LABEL, msgid, msgstr),
+        ("placeholders", _SLOT, msgid, msgstr),
     ):
         found_id = sorted(m.group(0) for m in pattern.finditer(a))
         found_str = sorted(m.group(0) for m in pattern.finditer(b))

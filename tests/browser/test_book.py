@@ -19,6 +19,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+import i18n  # tools/i18n.py (tests/conftest.py puts tools/ on the path)
 import pytest
 
 # A hang guard: on a busy machine, stock axe on a chapter takes minutes.
@@ -803,9 +804,33 @@ def test_the_switcher_opens_the_same_page(browser, book_url: str):
     assert not probe.problems(), probe.problems()
 
 
+def english_widget_text(metadata: dict) -> list[str]:
+    """The English sentences among the text of a notebook's saved widgets (none in Chinese)."""
+    found: list[str] = []
+    i18n.map_widget_text(metadata, lambda text: found.append(text) or text)
+    return [t for t in found if i18n.english_prose(t) and not re.search(r"[\u4e00-\u9fff]", t)]
+
+
+def test_chinese_pages_widgets_speak_chinese():
+    """The saved widgets of every chapter page: their explanations, hints, control and option
+    labels and the frames' captions are Chinese on the Chinese pages (the pictures' labels stay)."""
+    english_sentences = {}
+    for rel in PAGES:
+        match = WIDGET_STATE.search(page_source(rel))
+        if match:
+            state = json.loads(match.group(1))
+            metadata = {"widgets": {"application/vnd.jupyter.widget-state+json": state}}
+            english_sentences[rel] = english_widget_text(metadata)
+    chinese = {rel: found for rel, found in english_sentences.items() if edition(rel) != "en"}
+    assert len(chinese) == 2 * (len(english_sentences) - len(chinese)) >= 22, sorted(chinese)
+    assert all(english_sentences[base(rel)] for rel in chinese), "the check finds nothing"
+    left = {rel: found[:3] for rel, found in chinese.items() if found}
+    assert not left, f"English widget text on Chinese pages: {left}"
+
+
 def test_chinese_downloads_are_translated_notebooks():
-    """The download of a Chinese chapter page: the markdown translated, the code cells (and their
-    outputs and widget state) exactly the English notebook's."""
+    """The download of a Chinese chapter page: the markdown and the saved widgets' text
+    translated, the code cells and their outputs exactly the English notebook's."""
     checked = 0
     for rel in SIMPLIFIED + TRADITIONAL:
         match = re.search(r'href="([^"]*_sources/[^"]+\.ipynb)"', page_source(rel))
@@ -817,7 +842,8 @@ def test_chinese_downloads_are_translated_notebooks():
         )
         code = [c for c in english["cells"] if c["cell_type"] == "code"]
         assert [c for c in translated["cells"] if c["cell_type"] == "code"] == code, rel
-        assert english["metadata"] == translated["metadata"], rel
+        assert english["metadata"].keys() == translated["metadata"].keys(), rel
+        assert not english_widget_text(translated["metadata"]), rel
         prose = ["".join(c["source"]) for c in translated["cells"] if c["cell_type"] == "markdown"]
         chinese = sum(bool(re.search(r"[\u4e00-\u9fff]{4}", text)) for text in prose)
         assert chinese >= 0.9 * len(prose), (

@@ -148,7 +148,7 @@ def causal_mask_explorer(
     return Explorer(
         render,
         [
-            toggle("masked", "Causal mask", labels=("off", "on"), initial=True),
+            toggle("masked", "Causal mask", labels=("no", "yes"), initial=True),
             dropdown("query", positions, "Query position", initial=3, typed=parse_position),
             text("words", "Decoder input", " ".join(labels[1:]), parse_words),
         ],
@@ -209,7 +209,7 @@ def leak_explorer(
         render,
         [
             dropdown("position", positions, "Edit token", typed=parse_position),
-            toggle("masked", "Causal mask", labels=("off", "on"), initial=True),
+            toggle("masked", "Causal mask", labels=("no", "yes"), initial=True),
             text("words", "Decoder input", " ".join(labels[1:]), parse_words),
             text("word", "New word", "Katze", lambda w: parse_words(w, 1, "word")[1]),
         ],
