@@ -426,8 +426,9 @@ MARKDOWN = MarkdownIt("commonmark").use(dollarmath_plugin)
 
 def markup_problems(msgid: str, msgstr: str) -> list[str]:
     """What a translation broke: maths, code, link and cross-reference targets and a widget
-    message's {0} slots must survive as they are, and its emphasis must still parse (CommonMark does not close `**` after a CJK bracket that
-    a CJK character follows: write `**术语**（term）`, not `**术语（term）**的`)."""
+    message's {0} slots must survive as they are, and its emphasis must still parse (CommonMark
+    does not close `**` after a CJK bracket that a CJK character follows: write `**术语**（term）`,
+    not `**术语（term）**的`)."""
     problems = []
     roles_id = sorted(m.group(2).strip() for m in _ROLE.finditer(msgid))
     roles_str = sorted(m.group(2).strip() for m in _ROLE.finditer(msgstr))
