@@ -828,6 +828,15 @@ def test_chinese_pages_widgets_speak_chinese():
     assert not left, f"English widget text on Chinese pages: {left}"
 
 
+def test_chinese_heading_links_are_titled_in_chinese():
+    """Sphinx's zh_CN catalogue leaves the title of a heading's link empty; locales/*/sphinx.po
+    gives it (each heading's ¶ says "Link to this heading" on hover in English)."""
+    english = 'title="Link to this heading"'
+    assert english in page_source("notebooks/01_attention.html")
+    left = [rel for rel in SIMPLIFIED + TRADITIONAL if english in page_source(rel)]
+    assert not left, f"{len(left)} Chinese pages: {left[:5]}"
+
+
 def test_chinese_downloads_are_translated_notebooks():
     """The download of a Chinese chapter page: the markdown and the saved widgets' text
     translated, the code cells and their outputs exactly the English notebook's."""
