@@ -828,13 +828,31 @@ def test_chinese_pages_widgets_speak_chinese():
     assert not left, f"English widget text on Chinese pages: {left}"
 
 
-def test_chinese_heading_links_are_titled_in_chinese():
-    """Sphinx's zh_CN catalogue leaves the title of a heading's link empty; locales/*/sphinx.po
-    gives it (each heading's ¶ says "Link to this heading" on hover in English)."""
-    english = 'title="Link to this heading"'
-    assert english in page_source("notebooks/01_attention.html")
-    left = [rel for rel in SIMPLIFIED + TRADITIONAL if english in page_source(rel)]
-    assert not left, f"{len(left)} Chinese pages: {left[:5]}"
+def test_chinese_pages_have_no_english_titles_of_sphinx():
+    """Sphinx's zh_CN catalogue leaves the title of a heading's link empty, the theme's zh one its
+    colour-mode button's; locales/*/sphinx.po gives them (Sphinx reads it before its own)."""
+    english = ('title="Link to this heading"', 'aria-label="Color mode"', 'title="System Settings"')
+    assert all(text in page_source("notebooks/01_attention.html") for text in english)
+    left = [
+        (rel, text)
+        for rel in SIMPLIFIED + TRADITIONAL
+        for text in english
+        if text in page_source(rel)
+    ]
+    assert not left, f"{len(left)} English titles on Chinese pages: {left[:5]}"
+
+
+def test_chinese_figures_have_chinese_alt_text():
+    """A figure's alt text (a code cell's image output takes it from the cell's metadata) is read
+    out in the page's language."""
+    english = {rel: [] for rel in PAGES}
+    for rel in PAGES:
+        for alt in re.findall(r'<img [^>]*alt="([^"]+)"', page_source(rel)):
+            if i18n.english_prose(alt) and not re.search(r"[\u4e00-\u9fff]", alt):
+                english[rel].append(alt[:60])
+    assert len([alt for rel in ENGLISH for alt in english[rel]]) >= 30, "the check finds nothing"
+    left = {rel: found for rel, found in english.items() if found and edition(rel) != "en"}
+    assert not left, f"English alt text on Chinese pages: {left}"
 
 
 def test_chinese_downloads_are_translated_notebooks():
