@@ -337,3 +337,25 @@ def test_text_in_optional_blocks_has_a_source():
     block += cell
     book_ext.GoingFurtherSources(document).apply()
     assert (cell.source, cell.line) == ("notebooks/04.ipynb", 7)
+
+
+@pytest.mark.parametrize("language", sorted(i18n.EDITIONS))
+def test_openings_name_the_optional_label_the_page_shows(language: str):
+    """Each chapter's opening tells the reader which blocks to skip by the label book.css writes on
+    them: in Chinese, the Chinese label (not the English one the Chinese page never shows)."""
+    css = (ROOT / "book" / "static" / "book.css").read_text(encoding="utf-8")
+    folder = i18n.EDITIONS[language].folder
+    label = re.search(
+        rf'html\[lang="{folder}"\] \.bd-article \.going-further::before \{{\s*'
+        r'content: "([^"]+)"',
+        css,
+    ).group(1)
+    openings = {
+        page: text
+        for page, messages in i18n.translations(language).items()
+        for msgid, text in messages.items()
+        if "*Going further (optional)*" in msgid
+    }
+    assert len(openings) == 11, sorted(openings)
+    wrong = [page for page, text in openings.items() if f"“{label}”" not in text]
+    assert not wrong, f"openings without “{label}”: {wrong}"
