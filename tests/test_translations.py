@@ -160,7 +160,7 @@ def test_the_editions_texts_are_converted():
     """The Traditional edition's title, search placeholder and diagram prefix are the Simplified
     ones converted, so the search box says 搜索 as the pages and the note do."""
     simplified, traditional = i18n.EDITIONS[i18n.SIMPLIFIED], i18n.EDITIONS[i18n.TRADITIONAL]
-    for field in ("title", "search", "diagram"):
+    for field in ("title", "search", "diagram", "show_code", "hide_code"):
         assert getattr(traditional, field) == i18n.to_traditional(getattr(simplified, field))
 
 

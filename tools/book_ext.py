@@ -64,11 +64,14 @@ def _repository_buttons(app: Sphinx, config: Config) -> None:
 
 
 def _edition(app: Sphinx, config: Config) -> None:
-    """A Chinese edition's title and search placeholder (configuration, not messages), and its
-    BCP 47 language tag (zh-Hans, not Sphinx's zh-CN) for the pages' lang attribute."""
+    """A Chinese edition's title, search placeholder and hidden cells' buttons (configuration, not
+    messages), and its BCP 47 language tag (zh-Hans, not Sphinx's zh-CN) for the pages' lang
+    attribute."""
     edition = i18n.EDITIONS.get(config.language)
     if edition:
         config.html_title = edition.title
+        config.nb_code_prompt_show = edition.show_code
+        config.nb_code_prompt_hide = edition.hide_code
         config.html_theme_options = {**config.html_theme_options, "search_bar_text": edition.search}
         config.html_context = {**config.html_context, "language": edition.folder}
 

@@ -53,12 +53,30 @@ class Edition:
     title: str  # the book's title (_config.yml's, which is not a message)
     search: str  # the search box's placeholder (a theme option, not a message)
     diagram: str  # what a diagram's box is called before its name, for screen readers
+    show_code: str = "Show code cell {type}"  # a hidden code cell's button (MyST-NB's), closed
+    hide_code: str = "Hide code cell {type}"  # and open
 
 
 # Keyed by Sphinx's language codes: Sphinx's and the theme's own catalogues exist for these.
 EDITIONS = {
-    SIMPLIFIED: Edition("zh-Hans", "简体中文", "从零构建 Transformer", "搜索本书…", "示意图："),
-    TRADITIONAL: Edition("zh-Hant", "繁體中文", "從零構建 Transformer", "搜索本書…", "示意圖："),
+    SIMPLIFIED: Edition(
+        "zh-Hans",
+        "简体中文",
+        "从零构建 Transformer",
+        "搜索本书…",
+        "示意图：",
+        "显示代码",
+        "隐藏代码",
+    ),
+    TRADITIONAL: Edition(
+        "zh-Hant",
+        "繁體中文",
+        "從零構建 Transformer",
+        "搜索本書…",
+        "示意圖：",
+        "顯示代碼",
+        "隱藏代碼",
+    ),
 }
 ENGLISH = Edition("en", "English", "", "", "Diagram: ")
 # OpenCC's profile for the Traditional edition: Taiwan's standard characters (為, 裡, 著), no phrase

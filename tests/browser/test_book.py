@@ -828,18 +828,19 @@ def test_chinese_pages_widgets_speak_chinese():
     assert not left, f"English widget text on Chinese pages: {left}"
 
 
-def test_chinese_pages_have_no_english_titles_of_sphinx():
-    """Sphinx's zh_CN catalogue leaves the title of a heading's link empty, the theme's zh one its
-    colour-mode button's; locales/*/sphinx.po gives them (Sphinx reads it before its own)."""
-    english = ('title="Link to this heading"', 'aria-label="Color mode"', 'title="System Settings"')
+def test_chinese_pages_have_no_english_chrome():
+    """What Sphinx, the theme and MyST-NB write around the text, in the page's language: the
+    title of a heading's link and the colour-mode button's (locales/*/sphinx.po: their own
+    catalogues leave them empty), and a hidden code cell's button (i18n.Edition)."""
+    english = (
+        'title="Link to this heading"',
+        'aria-label="Color mode"',
+        'title="System Settings"',
+        "Show code cell content",
+    )
     assert all(text in page_source("notebooks/01_attention.html") for text in english)
-    left = [
-        (rel, text)
-        for rel in SIMPLIFIED + TRADITIONAL
-        for text in english
-        if text in page_source(rel)
-    ]
-    assert not left, f"{len(left)} English titles on Chinese pages: {left[:5]}"
+    left = [(rel, t) for rel in SIMPLIFIED + TRADITIONAL for t in english if t in page_source(rel)]
+    assert not left, f"{len(left)} English texts on Chinese pages: {left[:5]}"
 
 
 def test_chinese_figures_have_chinese_alt_text():
