@@ -165,7 +165,8 @@ def test_the_editions_texts_are_converted():
 
 
 def test_the_term_check_can_fail(tmp_path: Path):
-    """A message that uses a table term but not its Chinese is reported; so is broken markup."""
+    """A message that uses a table term but not its Chinese is reported; so is broken markup, and a
+    translation Sphinx would parse as another kind of block."""
     from babel.messages.catalog import Catalog
 
     bad = Catalog(locale="zh_Hans_CN")
@@ -173,6 +174,8 @@ def test_the_term_check_can_fail(tmp_path: Path):
     bad.add("Keys and values.", "键和值。")
     bad.add("Call `torch.softmax`.", "调用 `softmax`。")
     bad.add("Untranslated.", "")
+    bad.add("1. Pre-norm with RMSNorm", "1. 前置归一化")  # a heading Sphinx would read as a list
+    bad.add("2. Rotary position embeddings", "2\\. 旋转位置编码")
     path = tmp_path / "probe.po"
     i18n.write_po(bad, path)
     problems = i18n.lint([path])
@@ -180,6 +183,10 @@ def test_the_term_check_can_fail(tmp_path: Path):
     assert "term 'query'" in text and "emphasis" in text, text
     assert "inline code" in text and "untranslated" in text, text
     assert not any("Keys and values" in line for line in problems), text
+    assert [line for line in problems if "list or heading" in line] == [
+        "probe.po: '1. Pre-norm with RMSNorm': Sphinx would read it as a list or heading and keep "
+        "the English: escape its start (`1\\. `)"
+    ]
 
 
 def test_translate_markdown_keeps_code_and_structure():

@@ -472,6 +472,11 @@ def markup_problems(msgid: str, msgstr: str) -> list[str]:
     return problems
 
 
+# Sphinx parses a translation as a document of its own: a table cell or heading that starts like a
+# list item, heading or quote becomes one, and Sphinx keeps the English instead.
+_BLOCK_START = re.compile(r"(?:\d+[.)]|[-*+>]|#{1,6})(?:\s|$)")
+
+
 def term_pattern(english: str) -> re.Pattern:
     words = r"[\s-]+".join(re.escape(w) for w in re.split(r"[\s-]+", english))
     # Plurals, "masked", "normalization": the forms the English text uses.
@@ -498,6 +503,7 @@ def lint(paths: list[Path], language: str = SIMPLIFIED) -> list[str]:
     problems = []
     for path in paths:
         free = path.stem in ("diagrams", "solutions", "references")
+        parsed = path.stem not in ("diagrams", "solutions", "widgets", "sphinx")  # by Sphinx, alone
         for m in read_po(path):
             if not m.id:
                 continue
@@ -508,6 +514,11 @@ def lint(paths: list[Path], language: str = SIMPLIFIED) -> list[str]:
                 problems.append(f"{where}: untranslated")
                 continue
             problems += [f"{where}: {p}" for p in markup_problems(m.id, m.string)]
+            if parsed and _BLOCK_START.match(m.string):
+                problems.append(
+                    f"{where}: Sphinx would read it as a list or heading and keep the "
+                    "English: escape its start (`1\\. `)"
+                )
             copy_ok = path.stem == "references" or m.id.startswith("\n")
             if m.string == m.id and not copy_ok and english_prose(m.id):
                 problems.append(f"{where}: English copied unchanged")
