@@ -831,11 +831,13 @@ def test_chinese_pages_widgets_speak_chinese():
 def test_chinese_pages_have_no_english_chrome():
     """What Sphinx, the theme and MyST-NB write around the text, in the page's language: the
     title of a heading's link and the colour-mode button's (locales/*/sphinx.po: their own
-    catalogues leave them empty), and a hidden code cell's button (i18n.Edition)."""
+    catalogues leave them empty), the book-title link's landmark (ours, _templates/book-home.html)
+    and a hidden code cell's button (i18n.Edition)."""
     english = (
         'title="Link to this heading"',
         'aria-label="Color mode"',
         'title="System Settings"',
+        'aria-label="Book home"',
         "Show code cell content",
     )
     assert all(text in page_source("notebooks/01_attention.html") for text in english)
