@@ -103,8 +103,12 @@ def extract(outdir: Path = POT_DIR) -> Path:
     shutil.rmtree(outdir, ignore_errors=True)
     if sphinx("-b", "gettext", "-E", "-q", "-d", outdir / ".doctrees", ".", outdir):
         raise SystemExit("the gettext build failed")
-    ours = ("diagrams", diagram_messages()), ("solutions", solution_messages())
-    for name, messages in (*ours, ("widgets", widget_messages())):
+    ours = {
+        "diagrams": diagram_messages(),
+        "solutions": solution_messages(),
+        "widgets": widget_messages(),
+    }
+    for name, messages in ours.items():
         catalog = Catalog(project=name)
         for message in messages:
             catalog.add(message)
@@ -178,7 +182,7 @@ def diagram_messages() -> list[str]:
                     found.setdefault(html.unescape(m.group("body")).strip(), None)
         for m in DIAGRAM_LABEL.finditer(text):
             found.setdefault(html.unescape(m.group(1)), None)
-    return [s for s in found if re.search(r"[A-Za-z]{2,}", s)]
+    return [s for s in found if has_words(s)]
 
 
 def translate_svg(svg: str, messages: dict[str, str]) -> str:
@@ -288,8 +292,8 @@ def widget_message(text: str) -> tuple[str, list[str]]:
     return _NUMBER.sub(lambda m: f"{{{next(slots)}}}", text), numbers
 
 
-def is_widget_message(text: str) -> bool:
-    """Text with a word in it (bare numbers and symbols stay as they are)."""
+def has_words(text: str) -> bool:
+    """Text with a word in it: a message (bare numbers and symbols stay as they are)."""
     return bool(re.search(r"[A-Za-z]{2,}", text))
 
 
@@ -298,7 +302,7 @@ def widget_messages() -> list[str]:
     found: dict[str, None] = {}
 
     def collect(text: str) -> str:
-        if is_widget_message(text):
+        if has_words(text):
             found.setdefault(widget_message(text)[0], None)
         return text
 
@@ -312,7 +316,7 @@ def translate_widgets(metadata: dict, messages: dict[str, str]) -> None:
 
     def translate(text: str) -> str:
         message, numbers = widget_message(text)
-        new = messages.get(message) if is_widget_message(text) else None
+        new = messages.get(message) if has_words(text) else None
         return text if new is None else _SLOT.sub(lambda m: numbers[int(m.group(1))], new)
 
     map_widget_text(metadata, translate)
